@@ -1,0 +1,34 @@
+// @ts-check
+import js from "@eslint/js";
+import tseslint from "typescript-eslint";
+
+export default tseslint.config(
+  { ignores: ["dist/**", "node_modules/**", "**/*.js", "**/*.mjs"] },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {
+    rules: {
+      "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_" }],
+      "no-restricted-imports": "off",
+    },
+  },
+  {
+    // The two self-contained libraries must stay publishable on their own.
+    files: ["provider/libvirt-rpc-xdr/**/*.ts", "provider/iso9660-writer/**/*.ts"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        { patterns: [{ group: ["../*", "!./*"], message: "this library imports nothing else from the project" }] },
+      ],
+    },
+  },
+  {
+    files: ["provider/common/**/*.ts"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        { patterns: [{ group: ["../kvm/*", "../proxmox/*", "../../components/*"], message: "common imports no backend" }] },
+      ],
+    },
+  },
+);

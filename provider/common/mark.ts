@@ -1,0 +1,126 @@
+import { packageVersion } from "./version";
+
+/**
+ * The ownership mark: how a VM, volume or seed says "egress-proxies made me, for
+ * this stack". libvirt carries it as a namespaced `<metadata>` element, Proxmox
+ * as a tag plus a block in the VM description. Read, delete and the reaper
+ * refuse anything without our mark or with another stack's.
+ *
+ * Ownership is decided by project + stack. The resource name is recorded for
+ * people and the reaper's report, but a renamed (aliased) Pulumi resource keeps
+ * its VM, so it does not take part in the decision.
+ */
+export interface OwnerIdentity {
+  project: string;
+  stack: string;
+  resource: string;
+}
+
+export interface OwnershipMark {
+  managed: true;
+  owner: OwnerIdentity;
+  /** ISO 8601, UTC, millisecond precision. */
+  createdAt: string;
+  packageVersion: string;
+}
+
+export type MarkReading =
+  | { kind: "marked"; mark: OwnershipMark }
+  | { kind: "unmarked" }
+  | { kind: "corrupt"; reason: string };
+
+export type Ownership = "ours" | "foreign" | "unmarked" | "corrupt";
+
+/** XML namespace of the libvirt metadata element, and the Proxmox tag. Frozen: changing them orphans every VM. */
+export const MARK_XML_NAMESPACE = "urn:egress-proxies:ownership:1";
+export const MARK_XML_PREFIX = "egress";
+export const MARK_TAG = "egress-proxies";
+const TEXT_HEADER = "[egress-proxies]";
+
+const FIELD_ORDER = ["managed", "project", "stack", "resource", "createdAt", "version"] as const;
+type MarkField = (typeof FIELD_ORDER)[number];
+
+export function createMark(owner: OwnerIdentity, now: Date = new Date()): OwnershipMark {
+  return { managed: true, owner: { ...owner }, createdAt: now.toISOString(), packageVersion };
+}
+
+/** Flat string fields: XML attributes for libvirt, `key=value` lines for Proxmox. */
+export function markToFields(mark: OwnershipMark): Record<MarkField, string> {
+  return {
+    managed: "true",
+    project: mark.owner.project,
+    stack: mark.owner.stack,
+    resource: mark.owner.resource,
+    createdAt: mark.createdAt,
+    version: mark.packageVersion,
+  };
+}
+
+export function markFromFields(fields: Partial<Record<string, string>>): MarkReading {
+  if (fields.managed === undefined) return { kind: "unmarked" };
+  if (fields.managed !== "true") return { kind: "corrupt", reason: `managed=${JSON.stringify(fields.managed)}` };
+  for (const key of ["project", "stack", "resource", "createdAt"] as const) {
+    if (!fields[key]) return { kind: "corrupt", reason: `${key} is missing` };
+  }
+  if (Number.isNaN(Date.parse(fields.createdAt!)))
+    return { kind: "corrupt", reason: `createdAt ${JSON.stringify(fields.createdAt)} is not a date` };
+  return {
+    kind: "marked",
+    mark: {
+      managed: true,
+      owner: { project: fields.project!, stack: fields.stack!, resource: fields.resource! },
+      createdAt: fields.createdAt!,
+      packageVersion: fields.version ?? "unknown",
+    },
+  };
+}
+
+/**
+ * A text block for free-form descriptions (Proxmox). Values are percent-encoded
+ * so a resource name with newlines or '=' cannot forge or break a field.
+ */
+export function markToText(mark: OwnershipMark): string {
+  const fields = markToFields(mark);
+  return [TEXT_HEADER, ...FIELD_ORDER.map((key) => `${key}=${encodeURIComponent(fields[key])}`)].join("\n");
+}
+
+/** Finds our block inside a description that may hold other text around it. */
+export function markFromText(text: string | undefined): MarkReading {
+  if (!text) return { kind: "unmarked" };
+  const lines = text.split(/\r?\n/);
+  const start = lines.findIndex((line) => line.trim() === TEXT_HEADER);
+  if (start < 0) return { kind: "unmarked" };
+  const fields: Record<string, string> = {};
+  for (const line of lines.slice(start + 1)) {
+    const match = /^\s*([A-Za-z]+)=(.*)$/.exec(line);
+    if (!match) break;
+    try {
+      fields[match[1]] = decodeURIComponent(match[2].trim());
+    } catch {
+      return { kind: "corrupt", reason: `field ${match[1]} is not valid percent-encoding` };
+    }
+  }
+  const reading = markFromFields(fields);
+  return reading.kind === "unmarked" ? { kind: "corrupt", reason: "managed is missing" } : reading;
+}
+
+export function ownershipOf(reading: MarkReading, expected: Pick<OwnerIdentity, "project" | "stack">): Ownership {
+  if (reading.kind !== "marked") return reading.kind;
+  const { owner } = reading.mark;
+  return owner.project === expected.project && owner.stack === expected.stack ? "ours" : "foreign";
+}
+
+export function describeOwner(owner: OwnerIdentity): string {
+  return `${owner.project}/${owner.stack} (resource ${owner.resource})`;
+}
+
+/**
+ * Age in milliseconds, or undefined when the creation time is unreadable or in
+ * the future: such an item is never "old enough" to reap.
+ */
+export function markAgeMs(mark: OwnershipMark, now: Date = new Date()): number | undefined {
+  const created = Date.parse(mark.createdAt);
+  if (Number.isNaN(created)) return undefined;
+  const age = now.getTime() - created;
+  return age < 0 ? undefined : age;
+}

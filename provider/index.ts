@@ -1,0 +1,3 @@
+// The package's public face. Resources join here as they land.
+export { packageVersion } from "./common/version";
+export * from "./common/errors";
