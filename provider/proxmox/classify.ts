@@ -1,0 +1,170 @@
+import { EgressProxyError, NotFoundError, PermanentError, TransientError } from "../common/errors";
+import { redactText } from "../common/redact";
+
+/**
+ * The one place a Proxmox failure gets its class. Everything the API, a task or
+ * the network can say ends up here; the table is tested row by row
+ * (test/pve-sim/classify.test.ts). Facts referenced: ../shared/design/proxmox-facts.md.
+ */
+
+/** What PVE sent back for a failed request (F1). */
+export interface ApiFailure {
+  method: string;
+  /** Path below /api2/json, e.g. /nodes/pve/qemu/100/config. */
+  path: string;
+  status: number;
+  /** The trimmed body `message`, else the HTTP reason phrase (F1). */
+  message: string;
+  /** Per-parameter messages of a 400 (F1). */
+  parameterErrors: Record<string, string>;
+}
+
+const TRANSIENT_TEXT = [
+  /got timeout/i, // flock / storage lock waits, agent commands (F5, locks)
+  /got no worker upid/i, // pvedaemon overloaded
+  /VM is locked \(/i, // F7: another task owns the VM right now
+  /QEMU guest agent is not running/i, // F5: enabled, not (yet) answering
+  /is not running/i, // F5: VM stopped (agent calls)
+  /trying to acquire lock/i,
+];
+
+/** F2: the same 500 for GET config, GET status/current and DELETE. */
+const MISSING_CONFIG = /Configuration file '[^']*' does not exist/i;
+
+/** Turns a failed API response into NotFound / Transient / Permanent, with what to do. */
+export function classifyApiFailure(failure: ApiFailure): EgressProxyError {
+  const text = describeApiFailure(failure);
+  const context = { operation: `${failure.method} ${failure.path}` };
+  if (MISSING_CONFIG.test(failure.message)) return new NotFoundError(text, context);
+  if (failure.status === 401)
+    return new PermanentError(
+      `${text}: the API token was rejected; check apiToken (PVEAPIToken=user@realm!tokenid=secret) or PROXMOX_VE_API_TOKEN`,
+      context,
+    );
+  if (failure.status === 403) {
+    const missing = /Permission check failed \(([^,]+), ([^)]+)\)/.exec(failure.message);
+    const hint =
+      missing === null
+        ? "grant the token's role the privileges listed in docs/proxmox.md"
+        : `grant privilege ${missing[2]} on path ${missing[1]} to the token (and to its user: tokens with privilege separation get the intersection)`;
+    return new PermanentError(`${text}: ${hint}`, context);
+  }
+  if (TRANSIENT_TEXT.some((pattern) => pattern.test(failure.message)))
+    return new TransientError(text, context);
+  if (/No QEMU guest agent configured/i.test(failure.message))
+    return new PermanentError(
+      `${text}: enable the guest agent option (agent: 1) on the template`,
+      context,
+    );
+  // 5xx with a status above 500 comes from pveproxy itself or the way there
+  // (595/596 no route/timeout to a node, 502/503/504 proxies): retry.
+  if (failure.status >= 501 || failure.status === 429) return new TransientError(text, context);
+  if (failure.status === 408) return new TransientError(text, context);
+  return new PermanentError(text, context);
+}
+
+export function describeApiFailure(failure: ApiFailure): string {
+  const params = Object.entries(failure.parameterErrors).map(
+    ([name, message]) => `${name}: ${message.trim()}`,
+  );
+  const base = `${failure.status} ${failure.message}`;
+  return redactText(params.length === 0 ? base : `${base} (${params.join("; ")})`);
+}
+
+/** A task that ended with an exitstatus other than OK (F16), with its log tail. */
+export function classifyTaskFailure(
+  upid: string,
+  exitStatus: string,
+  logTail: string[],
+): EgressProxyError {
+  const type = upid.split(":")[5] ?? "task";
+  const tail =
+    logTail.length === 0
+      ? ""
+      : `\n--- task log (last ${logTail.length} lines) ---\n${logTail.join("\n")}`;
+  const text = redactText(`${type} task failed: ${exitStatus}${tail}`);
+  const context = { operation: `task ${upid}` };
+  if (/got timeout|got no worker upid/i.test(exitStatus)) return new TransientError(text, context);
+  if (/shrinking disks is not supported/i.test(exitStatus))
+    return new PermanentError(`${text}\nset diskGiB to at least the template's disk size`, context);
+  if (MISSING_CONFIG.test(exitStatus)) return new NotFoundError(text, context);
+  if (/VM is locked/i.test(exitStatus)) return new TransientError(text, context);
+  return new PermanentError(text, context);
+}
+
+const TLS_TRUST_CODES = new Set([
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "CERT_HAS_EXPIRED",
+  "ERR_TLS_CERT_ALTNAME_INVALID",
+  "CERT_SIGNATURE_FAILURE",
+]);
+
+const NETWORK_TRANSIENT_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "EPIPE",
+  "EAI_AGAIN",
+  "UND_ERR_CONNECT_TIMEOUT",
+  "UND_ERR_HEADERS_TIMEOUT",
+  "UND_ERR_BODY_TIMEOUT",
+  "UND_ERR_SOCKET",
+  "UND_ERR_CLOSED",
+]);
+
+/** A request that got no HTTP answer at all: TLS trust, network, or our own deadline. */
+export function classifyTransportFailure(
+  method: string,
+  path: string,
+  error: unknown,
+  timeoutMs: number,
+): EgressProxyError {
+  const context = { operation: `${method} ${path}`, cause: error };
+  const code = errorCode(error);
+  const message = redactText(error instanceof Error ? error.message : String(error));
+  if (code !== undefined && TLS_TRUST_CODES.has(code))
+    return new PermanentError(
+      `TLS: ${message} (${code}); give the host's CA certificate as caCertPem (or PROXMOX_VE_CA_CERT), or set insecure: true to skip verification`,
+      context,
+    );
+  if (isAbort(error))
+    return new TransientError(
+      `no answer within ${timeoutMs} ms; the host may be down or overloaded`,
+      context,
+    );
+  if (code !== undefined && NETWORK_TRANSIENT_CODES.has(code))
+    return new TransientError(`${message} (${code})`, context);
+  if (code === "ENOTFOUND")
+    return new PermanentError(`${message}: check the endpoint host name`, context);
+  return new TransientError(message, context);
+}
+
+function errorCode(error: unknown): string | undefined {
+  let current: unknown = error;
+  for (let depth = 0; depth < 4 && current !== undefined && current !== null; depth++) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === "string") return code;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
+function isAbort(error: unknown): boolean {
+  const name = (error as { name?: unknown } | undefined)?.name;
+  return name === "AbortError" || name === "TimeoutError";
+}
+
+/** F4: the clone target VMID is taken (a crash mid-create, a parallel create, or someone else). */
+export function isVmidTaken(error: unknown): boolean {
+  return error instanceof EgressProxyError && /config file already exists/i.test(error.detail);
+}
+
+/** `nextid?vmid=N` answers 400 "VM N already exists" for a taken VMID (flow step 1). */
+export function isVmidInUse(error: unknown): boolean {
+  return error instanceof EgressProxyError && /VM \d+ already exists/i.test(error.detail);
+}

@@ -1,0 +1,272 @@
+import { createHash } from "node:crypto";
+import { Agent, fetch } from "undici";
+import { PermanentError } from "../common/errors";
+import { redactUrl, SecretValue } from "../common/redact";
+import { classifyApiFailure, classifyTransportFailure } from "./classify";
+
+/** Where and how to reach one Proxmox VE API. */
+export interface ProxmoxConnection {
+  /** e.g. https://pve.example:8006 (a trailing /api2/json is accepted). */
+  endpoint: string;
+  /** `user@realm!tokenid=secret`; the `PVEAPIToken=` prefix is optional. */
+  apiToken: SecretValue<string>;
+  /** PEM of the CA that signed the host's certificate (PVE's own CA by default). */
+  caCertPem?: string;
+  /** Skip TLS verification. Explicit opt-out, never a fallback. */
+  insecure?: boolean;
+}
+
+export type QueryValue = string | number | boolean | undefined;
+export type FormFields = Record<string, string | number | boolean | undefined>;
+
+export interface RequestOptions {
+  /** Per-request deadline in ms; every request has one. */
+  timeoutMs?: number;
+}
+
+/** The fixed part of a multipart upload: ordinary fields first, then one file part. */
+export interface UploadRequest {
+  fields: Array<[string, string]>;
+  fileField: string;
+  fileName: string;
+  content: Buffer;
+}
+
+const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+
+/**
+ * The Proxmox VE REST API over HTTP/1.1 (F18) with token auth. Errors come out
+ * classified (classify.ts) and free of the token. One undici pool per
+ * endpoint+trust setting lives for the provider process; the token is per client.
+ */
+export class ProxmoxClient {
+  readonly endpoint: string;
+  /** How many HTTP requests this client sent: the benchmark reads it. */
+  requestCount = 0;
+  private readonly pool: Agent;
+  private readonly authorization: SecretValue<string>;
+
+  constructor(
+    connection: ProxmoxConnection,
+    private readonly defaultTimeoutMs: number = DEFAULT_REQUEST_TIMEOUT_MS,
+  ) {
+    this.endpoint = normalizeEndpoint(connection.endpoint);
+    this.authorization = new SecretValue(tokenHeader(connection.apiToken.reveal()));
+    this.pool = poolFor(this.endpoint, connection.caCertPem, connection.insecure === true);
+  }
+
+  get<T>(
+    path: string,
+    query: Record<string, QueryValue> = {},
+    options?: RequestOptions,
+  ): Promise<T> {
+    return this.request<T>("GET", withQuery(path, query), undefined, options);
+  }
+
+  post<T>(path: string, form: FormFields = {}, options?: RequestOptions): Promise<T> {
+    return this.request<T>("POST", path, formBody(form), options);
+  }
+
+  put<T>(path: string, form: FormFields = {}, options?: RequestOptions): Promise<T> {
+    return this.request<T>("PUT", path, formBody(form), options);
+  }
+
+  delete<T>(
+    path: string,
+    query: Record<string, QueryValue> = {},
+    options?: RequestOptions,
+  ): Promise<T> {
+    return this.request<T>("DELETE", withQuery(path, query), undefined, options);
+  }
+
+  /**
+   * Multipart upload with an exact Content-Length: pveproxy stages the body
+   * to disk (F23) and refuses a chunked one. Field order matters (F12): the
+   * `content` field must precede the file part.
+   */
+  upload<T>(path: string, upload: UploadRequest, options?: RequestOptions): Promise<T> {
+    const boundary = `----egress-proxies-${createHash("sha256").update(upload.content).digest("hex").slice(0, 24)}`;
+    const chunks: Buffer[] = [];
+    for (const [name, value] of upload.fields) {
+      chunks.push(
+        Buffer.from(
+          `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`,
+        ),
+      );
+    }
+    chunks.push(
+      Buffer.from(
+        `--${boundary}\r\nContent-Disposition: form-data; name="${upload.fileField}"; filename="${upload.fileName}"\r\n` +
+          `Content-Type: application/octet-stream\r\n\r\n`,
+      ),
+      upload.content,
+      Buffer.from(`\r\n--${boundary}--\r\n`),
+    );
+    const body = Buffer.concat(chunks);
+    return this.request<T>(
+      "POST",
+      path,
+      { body, contentType: `multipart/form-data; boundary=${boundary}` },
+      options,
+    );
+  }
+
+  private async request<T>(
+    method: string,
+    path: string,
+    payload: { body: Buffer; contentType: string } | undefined,
+    options: RequestOptions = {},
+  ): Promise<T> {
+    const timeoutMs = options.timeoutMs ?? this.defaultTimeoutMs;
+    const headers: Record<string, string> = {
+      authorization: this.authorization.reveal(),
+      accept: "application/json",
+    };
+    if (payload !== undefined) {
+      headers["content-type"] = payload.contentType;
+      headers["content-length"] = String(payload.body.length);
+    }
+    this.requestCount++;
+    let status: number;
+    let reasonPhrase: string;
+    let text: string;
+    try {
+      const response = await fetch(`${this.endpoint}/api2/json${path}`, {
+        method,
+        headers,
+        body: payload?.body,
+        signal: AbortSignal.timeout(timeoutMs),
+        dispatcher: this.pool,
+      });
+      status = response.status;
+      reasonPhrase = response.statusText;
+      text = await response.text();
+    } catch (error) {
+      throw classifyTransportFailure(method, path, error, timeoutMs);
+    }
+    const parsed = parseJson(text);
+    if (status >= 200 && status < 300) return (parsed?.data ?? null) as T;
+    throw classifyApiFailure({
+      method,
+      path,
+      status,
+      message: errorMessage(parsed, status, reasonPhrase),
+      parameterErrors: parameterErrors(parsed),
+    });
+  }
+}
+
+/** Pools outlive a single create; keyed by what changes the TLS handshake, never by the token. */
+const pools = new Map<string, Agent>();
+
+function poolFor(endpoint: string, caCertPem: string | undefined, insecure: boolean): Agent {
+  const key = `${endpoint}|${insecure}|${caCertPem === undefined ? "" : createHash("sha256").update(caCertPem).digest("hex")}`;
+  let pool = pools.get(key);
+  if (pool === undefined) {
+    // HTTP/1.1 only (F18); a handful of keep-alive connections per origin.
+    pool = new Agent({
+      connections: 16,
+      pipelining: 1,
+      allowH2: false,
+      connect: {
+        timeout: 10_000,
+        ...(insecure
+          ? { rejectUnauthorized: false }
+          : caCertPem === undefined
+            ? {}
+            : { ca: caCertPem }),
+      },
+    });
+    pools.set(key, pool);
+  }
+  return pool;
+}
+
+/** Closes every pooled connection (tests, benchmarks, the end of a CLI run). */
+export async function closeAllProxmoxPools(): Promise<void> {
+  const all = [...pools.values()];
+  pools.clear();
+  await Promise.all(all.map((pool) => pool.close().catch(() => undefined)));
+}
+
+export function normalizeEndpoint(endpoint: string): string {
+  let url: URL;
+  try {
+    url = new URL(endpoint);
+  } catch {
+    throw new PermanentError(
+      `endpoint ${JSON.stringify(redactUrl(endpoint))} is not a URL; use https://<host>:8006`,
+    );
+  }
+  if (url.username !== "" || url.password !== "")
+    throw new PermanentError(
+      `endpoint ${redactUrl(endpoint)} carries credentials; remove them and pass the API token as apiToken`,
+    );
+  if (url.protocol !== "https:")
+    throw new PermanentError(
+      `endpoint ${url.origin} must use https (Proxmox serves the API over TLS only)`,
+    );
+  return url.origin;
+}
+
+function tokenHeader(token: string): string {
+  const value = token.trim().replace(/^PVEAPIToken=/i, "");
+  if (!/^[^@\s]+@[^!\s]+![^=\s]+=\S+$/.test(value))
+    throw new PermanentError(
+      "apiToken must look like user@realm!tokenid=secret (the token id and its secret from Datacenter → Permissions → API Tokens)",
+    );
+  return `PVEAPIToken=${value}`;
+}
+
+function withQuery(path: string, query: Record<string, QueryValue>): string {
+  const params = new URLSearchParams();
+  for (const [key, value] of Object.entries(query)) {
+    if (value !== undefined)
+      params.append(key, typeof value === "boolean" ? (value ? "1" : "0") : String(value));
+  }
+  const text = params.toString();
+  return text === "" ? path : `${path}?${text}`;
+}
+
+function formBody(form: FormFields): { body: Buffer; contentType: string } {
+  const params = new URLSearchParams();
+  for (const [key, value] of Object.entries(form)) {
+    if (value !== undefined)
+      params.append(key, typeof value === "boolean" ? (value ? "1" : "0") : String(value));
+  }
+  return { body: Buffer.from(params.toString()), contentType: "application/x-www-form-urlencoded" };
+}
+
+interface PveBody {
+  data?: unknown;
+  message?: unknown;
+  errors?: unknown;
+}
+
+function parseJson(text: string): PveBody | undefined {
+  if (text.trim() === "") return undefined;
+  try {
+    const value = JSON.parse(text) as unknown;
+    return typeof value === "object" && value !== null ? (value as PveBody) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** F1: the trimmed body message, else the reason phrase (PVE puts the error text there too). */
+function errorMessage(body: PveBody | undefined, status: number, reasonPhrase: string): string {
+  if (typeof body?.message === "string" && body.message.trim() !== "") return body.message.trim();
+  if (reasonPhrase.trim() !== "") return reasonPhrase.trim();
+  return `HTTP ${status}`;
+}
+
+function parameterErrors(body: PveBody | undefined): Record<string, string> {
+  const errors = body?.errors;
+  if (typeof errors !== "object" || errors === null) return {};
+  const out: Record<string, string> = {};
+  for (const [key, value] of Object.entries(errors)) out[key] = String(value);
+  return out;
+}
+
+/** Path segment encoding; UPIDs contain ':' and '@' and '!' and must be encoded (facts: UPID). */
+export const segment = (value: string | number): string => encodeURIComponent(String(value));

@@ -1,0 +1,37 @@
+import { SecretValue } from "../../provider/common/redact";
+import { ProxmoxClient } from "../../provider/proxmox/client";
+import { PveSimulator, SimulatorOptions } from "./simulator";
+
+/**
+ * Starts a simulator for one mocha suite and stops it afterwards, even when a
+ * test fails (the server is in-process: closing it is all there is to stop).
+ */
+export function useSimulator(options: SimulatorOptions | (() => SimulatorOptions) = {}): {
+  readonly sim: PveSimulator;
+  client(token?: string): ProxmoxClient;
+} {
+  let current: PveSimulator | undefined;
+  beforeEach(async () => {
+    current = new PveSimulator(typeof options === "function" ? options() : options);
+    await current.listen();
+  });
+  afterEach(async () => {
+    await current?.settle();
+    await current?.close();
+    current = undefined;
+  });
+  return {
+    get sim(): PveSimulator {
+      if (current === undefined) throw new Error("simulator not started");
+      return current;
+    },
+    client(token?: string): ProxmoxClient {
+      if (current === undefined) throw new Error("simulator not started");
+      return new ProxmoxClient({
+        endpoint: current.endpoint,
+        apiToken: new SecretValue(token ?? current.tokenFor()),
+        caCertPem: current.caCertPem,
+      });
+    },
+  };
+}
