@@ -1,0 +1,66 @@
+/** Runs cloud-init's own NoCloud and user-data code (Debian's cloud-init package) over a seed. */
+import { join } from "node:path";
+import { buildNoCloudSeed, type NoCloudSeedInput } from "../../provider/nocloud";
+import { extractWith, run, scratchDir, writeImage } from "./iso-tools";
+
+export interface CloudInitPart {
+  type: string;
+  filename: string | null;
+  payload: Buffer;
+  sniffed: string | null;
+}
+
+export interface CloudInitView {
+  files: Map<string, Buffer>;
+  metaData: Record<string, unknown>;
+  userDataParts: CloudInitPart[] | { error: string };
+  vendorDataParts: CloudInitPart[] | { error: string } | null;
+}
+
+// Debian installs cloud-init for /usr/bin/python3; another python3 may come first on PATH.
+const DEBIAN_PYTHON = "/usr/bin/python3";
+const PROBE = join(__dirname, "../../../test/support/cloudinit_probe.py");
+
+interface RawPart {
+  type: string;
+  filename: string | null;
+  payload: string | null;
+  sniffed: string | null;
+  error?: string;
+}
+
+function decodeParts(raw: RawPart[] | null): CloudInitPart[] | { error: string } | null {
+  if (raw === null) return null;
+  if (raw.length === 1 && raw[0].error !== undefined) return { error: raw[0].error };
+  return raw.map((part) => ({
+    type: part.type,
+    filename: part.filename,
+    payload: Buffer.from(part.payload ?? "", "base64"),
+    sniffed: part.sniffed,
+  }));
+}
+
+/** Builds the seed, extracts it with a Rock-Ridge-first reader (as Linux mounts it) and lets cloud-init read it. */
+export function readSeedWithCloudInit(input: NoCloudSeedInput): CloudInitView {
+  const scratch = scratchDir("seed");
+  try {
+    const iso = writeImage(scratch.dir, buildNoCloudSeed(input).image.toBuffer());
+    const dir = join(scratch.dir, "mnt");
+    run("mkdir", [dir]);
+    extractWith("xorriso", iso, dir);
+    const out = JSON.parse(run(DEBIAN_PYTHON, [PROBE, dir]).toString("utf8"));
+    return {
+      files: new Map(
+        Object.entries(out.files as Record<string, string>).map(([k, v]) => [
+          k,
+          Buffer.from(v, "base64"),
+        ]),
+      ),
+      metaData: out.metaData,
+      userDataParts: decodeParts(out.userDataParts)!,
+      vendorDataParts: decodeParts(out.vendorDataParts),
+    };
+  } finally {
+    scratch.remove();
+  }
+}
