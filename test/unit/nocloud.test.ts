@@ -1,0 +1,60 @@
+import { strict as assert } from "node:assert";
+import { PermanentError } from "../../provider/common/errors";
+import { buildMultipart, buildNoCloudSeed, sniffPayload } from "../../provider/nocloud";
+
+describe("NoCloud seed builder", () => {
+  it("gives the same seed (and sha256) for the same inputs, a different one when user-data changes", () => {
+    const a = buildNoCloudSeed({ vmName: "proxy-1", userData: "#cloud-config\n" });
+    const b = buildNoCloudSeed({ vmName: "proxy-1", userData: Buffer.from("#cloud-config\n") });
+    const c = buildNoCloudSeed({ vmName: "proxy-1", userData: "#cloud-config\n " });
+    assert.equal(a.sha256, b.sha256);
+    assert.notEqual(a.sha256, c.sha256);
+    assert.match(a.sha256, /^[0-9a-f]{64}$/);
+    assert.equal(a.image.size, a.image.toBuffer().length);
+  });
+
+  it("refuses a VM name that is not a DNS label, naming the field", () => {
+    assert.throws(
+      () => buildNoCloudSeed({ vmName: "Proxy 1" }),
+      (error: unknown) =>
+        error instanceof PermanentError &&
+        /^vmName "Proxy 1" must be a DNS label/.test(error.message),
+    );
+  });
+
+  it("always writes user-data and meta-data, as NoCloud requires both", () => {
+    const seed = buildNoCloudSeed({ vmName: "proxy-2", installGuestAgent: false });
+    assert.deepEqual([...seed.files.keys()].sort(), ["meta-data", "user-data"]);
+    assert.equal(seed.files.get("user-data")!.length, 0);
+  });
+
+  it("picks a multipart boundary that no part contains", () => {
+    const first = buildMultipart([{ payload: Buffer.from("#!/bin/sh\n"), filename: "a" }]);
+    const boundary = /boundary="([^"]+)"/.exec(first.toString())![1];
+    const hostile = Buffer.from(`#!/bin/sh\necho --${boundary}\n`);
+    const second = buildMultipart([{ payload: hostile, filename: "a" }]);
+    const secondBoundary = /boundary="([^"]+)"/.exec(second.toString())![1];
+    assert.ok(!hostile.includes(secondBoundary));
+  });
+
+  it("sniffs part types with cloud-init's prefixes, longest first", () => {
+    const typeOf = (text: string) => sniffPayload(Buffer.from(text));
+    assert.deepEqual(typeOf("#cloud-config-archive\n"), {
+      kind: "typed",
+      contentType: "text/cloud-config-archive",
+    });
+    assert.deepEqual(typeOf("#include-once\n"), {
+      kind: "typed",
+      contentType: "text/x-include-once-url",
+    });
+    assert.deepEqual(typeOf("## template: jinja\n"), { kind: "typed", contentType: "text/jinja2" });
+    assert.deepEqual(typeOf("MIME-Version: 1.0\nContent-Type: multipart/mixed\n"), {
+      kind: "mime",
+    });
+    assert.deepEqual(sniffPayload(Buffer.from([0x1f, 0x8b, 8])), {
+      kind: "typed",
+      contentType: "application/gzip",
+    });
+    assert.deepEqual(typeOf("hello"), { kind: "typed", contentType: "text/plain" });
+  });
+});
