@@ -18,7 +18,14 @@ export default tseslint.config(
     rules: {
       "no-restricted-imports": [
         "error",
-        { patterns: [{ group: ["../*", "!./*"], message: "this library imports nothing else from the project" }] },
+        {
+          patterns: [
+            {
+              group: ["../*", "!./*"],
+              message: "this library imports nothing else from the project",
+            },
+          ],
+        },
       ],
     },
   },
@@ -27,7 +34,14 @@ export default tseslint.config(
     rules: {
       "no-restricted-imports": [
         "error",
-        { patterns: [{ group: ["../kvm/*", "../proxmox/*", "../../components/*"], message: "common imports no backend" }] },
+        {
+          patterns: [
+            {
+              group: ["../kvm/*", "../proxmox/*", "../../components/*"],
+              message: "common imports no backend",
+            },
+          ],
+        },
       ],
     },
   },

@@ -24,7 +24,10 @@ export abstract class EgressProxyError extends Error {
   readonly detail: string;
 
   constructor(detail: string, context: ErrorContext = {}) {
-    super(composeMessage(detail, context), context.cause === undefined ? undefined : { cause: context.cause });
+    super(
+      composeMessage(detail, context),
+      context.cause === undefined ? undefined : { cause: context.cause },
+    );
     this.detail = detail;
     this.operation = context.operation;
     this.resource = context.resource;
@@ -56,18 +59,28 @@ export function errorClassOf(error: unknown): ErrorClass | undefined {
   return error instanceof EgressProxyError ? error.errorClass : undefined;
 }
 
-export const isNotFound = (error: unknown): error is NotFoundError => errorClassOf(error) === "NotFound";
-export const isTransient = (error: unknown): error is TransientError => errorClassOf(error) === "Transient";
-export const isPermanent = (error: unknown): error is PermanentError => errorClassOf(error) === "Permanent";
+export const isNotFound = (error: unknown): error is NotFoundError =>
+  errorClassOf(error) === "NotFound";
+export const isTransient = (error: unknown): error is TransientError =>
+  errorClassOf(error) === "Transient";
+export const isPermanent = (error: unknown): error is PermanentError =>
+  errorClassOf(error) === "Permanent";
 
 /**
  * Re-raise an error with more context while keeping its class. An error nobody
  * classified becomes Permanent: a silent "retry forever" on a config mistake is
  * worse than a failure a person reads.
  */
-export function withContext(error: unknown, context: Omit<ErrorContext, "cause">): EgressProxyError {
+export function withContext(
+  error: unknown,
+  context: Omit<ErrorContext, "cause">,
+): EgressProxyError {
   const detail =
-    error instanceof EgressProxyError ? error.detail : error instanceof Error ? error.message : String(error);
+    error instanceof EgressProxyError
+      ? error.detail
+      : error instanceof Error
+        ? error.message
+        : String(error);
   const full = { ...context, cause: error };
   switch (errorClassOf(error)) {
     case "NotFound":

@@ -58,12 +58,16 @@ export function markToFields(mark: OwnershipMark): Record<MarkField, string> {
 
 export function markFromFields(fields: Partial<Record<string, string>>): MarkReading {
   if (fields.managed === undefined) return { kind: "unmarked" };
-  if (fields.managed !== "true") return { kind: "corrupt", reason: `managed=${JSON.stringify(fields.managed)}` };
+  if (fields.managed !== "true")
+    return { kind: "corrupt", reason: `managed=${JSON.stringify(fields.managed)}` };
   for (const key of ["project", "stack", "resource", "createdAt"] as const) {
     if (!fields[key]) return { kind: "corrupt", reason: `${key} is missing` };
   }
   if (Number.isNaN(Date.parse(fields.createdAt!)))
-    return { kind: "corrupt", reason: `createdAt ${JSON.stringify(fields.createdAt)} is not a date` };
+    return {
+      kind: "corrupt",
+      reason: `createdAt ${JSON.stringify(fields.createdAt)} is not a date`,
+    };
   return {
     kind: "marked",
     mark: {
@@ -81,7 +85,10 @@ export function markFromFields(fields: Partial<Record<string, string>>): MarkRea
  */
 export function markToText(mark: OwnershipMark): string {
   const fields = markToFields(mark);
-  return [TEXT_HEADER, ...FIELD_ORDER.map((key) => `${key}=${encodeURIComponent(fields[key])}`)].join("\n");
+  return [
+    TEXT_HEADER,
+    ...FIELD_ORDER.map((key) => `${key}=${encodeURIComponent(fields[key])}`),
+  ].join("\n");
 }
 
 /** Finds our block inside a description that may hold other text around it. */
@@ -104,7 +111,10 @@ export function markFromText(text: string | undefined): MarkReading {
   return reading.kind === "unmarked" ? { kind: "corrupt", reason: "managed is missing" } : reading;
 }
 
-export function ownershipOf(reading: MarkReading, expected: Pick<OwnerIdentity, "project" | "stack">): Ownership {
+export function ownershipOf(
+  reading: MarkReading,
+  expected: Pick<OwnerIdentity, "project" | "stack">,
+): Ownership {
   if (reading.kind !== "marked") return reading.kind;
   const { owner } = reading.mark;
   return owner.project === expected.project && owner.stack === expected.stack ? "ours" : "foreign";

@@ -72,6 +72,7 @@ export function vmNameProblem(name: string): string | undefined {
 
 export function assertVmName(name: string, field = "vmName"): string {
   const problem = vmNameProblem(name);
-  if (problem !== undefined) throw new PermanentError(`${field} ${JSON.stringify(name)} ${problem}`);
+  if (problem !== undefined)
+    throw new PermanentError(`${field} ${JSON.stringify(name)} ${problem}`);
   return name;
 }

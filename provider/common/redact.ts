@@ -9,7 +9,8 @@ export const REDACTED = "[redacted]";
 
 const PEM_BLOCK = /-----BEGIN [A-Z0-9 ]+-----[\s\S]*?-----END [A-Z0-9 ]+-----/g;
 const PVE_TOKEN = /PVEAPIToken=[^\s"']+/gi;
-const AUTH_HEADER = /\b(authorization|cookie|csrfpreventiontoken)(\s*[:=]\s*)("[^"]*"|[^\s,;]+(\s[^\s,;]+)?)/gi;
+const AUTH_HEADER =
+  /\b(authorization|cookie|csrfpreventiontoken)(\s*[:=]\s*)("[^"]*"|[^\s,;]+(\s[^\s,;]+)?)/gi;
 const URL_USERINFO = /\b([a-z][a-z0-9+.-]*:\/\/)[^/\s@]*@/gi;
 
 /** Removes `user:password@` from a URL, keeping everything else. Not a URL? Text rules apply. */
@@ -73,7 +74,10 @@ export class SecretValue<T = string> {
 }
 
 /** An error message safe to show: its own message with secrets removed. */
-export function safeErrorMessage(error: unknown, secrets: Iterable<string | undefined> = []): string {
+export function safeErrorMessage(
+  error: unknown,
+  secrets: Iterable<string | undefined> = [],
+): string {
   const message = error instanceof Error ? error.message : String(error);
   return redactText(message, secrets);
 }
