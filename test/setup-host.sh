@@ -6,6 +6,7 @@ set -euo pipefail
 PKGS=(
   genisoimage xorriso libarchive-tools p7zip-full   # ISO readers + reference writer
   cloud-init shellcheck dash                        # seed checks with cloud-init's own code
+  libxml2-utils                                     # xmllint, which virt-xml-validate runs
   libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils ovmf
   openssh-server openssh-client dnsmasq-base iproute2
 )

@@ -1,0 +1,106 @@
+/**
+ * The replace-or-update decision both resources make in `diff`, and the VM
+ * name `check` settles on. Pure and offline: `pulumi preview` in CI has no
+ * credentials and no route to any hypervisor.
+ */
+import { containsUnknown } from "./inputs";
+import { newVmName } from "./names";
+
+export type ChangeKind = "replace" | "update";
+
+/**
+ * Which input paths replace the VM and which update in place. A key is a
+ * top-level input ("image") or a dotted path into one ("connection.host")
+ * when one object mixes both kinds.
+ */
+export type ChangeTable = Readonly<Record<string, ChangeKind>>;
+
+export interface DiffDecision {
+  changes: boolean;
+  replaces: string[];
+  deleteBeforeReplace: boolean;
+}
+
+const valueAt = (inputs: Record<string, unknown>, path: string): unknown =>
+  path
+    .split(".")
+    .reduce<unknown>(
+      (value, key) =>
+        typeof value === "object" && value !== null
+          ? (value as Record<string, unknown>)[key]
+          : undefined,
+      inputs,
+    );
+
+/** The table's paths whose values differ (an unknown value counts as different). */
+export function changedPaths(
+  table: ChangeTable,
+  olds: Record<string, unknown>,
+  news: Record<string, unknown>,
+): string[] {
+  return Object.keys(table).filter((path) => {
+    const after = valueAt(news, path);
+    return containsUnknown(after) || !sameValue(valueAt(olds, path), after);
+  });
+}
+
+/**
+ * `olds` are the previous outputs (which carry the checked inputs), `news`
+ * the checked new inputs, possibly with unknown values.
+ */
+export function decideDiff(
+  table: ChangeTable,
+  olds: Record<string, unknown>,
+  news: Record<string, unknown>,
+): DiffDecision {
+  const changed = changedPaths(table, olds, news);
+  // New provider code must reach state even when no input changed.
+  const providerChanged = olds.__provider !== undefined && news.__provider !== olds.__provider;
+  const replaces = changed.filter((path) => table[path] === "replace");
+  // A name the user fixed cannot exist twice: the old VM must go first.
+  const deleteBeforeReplace =
+    replaces.length > 0 && news.vmNameChosenBy === "user" && news.vmName === olds.vmName;
+  return { changes: changed.length > 0 || providerChanged, replaces, deleteBeforeReplace };
+}
+
+/**
+ * The VM name `check` settles on: the user's; else the previous one, unless a
+ * change will replace the VM (a create-before-delete replacement needs a new
+ * name, or the new VM would collide with the old one); else a fresh one.
+ */
+export function settleVmName(
+  table: ChangeTable,
+  olds: Record<string, unknown>,
+  news: Record<string, unknown>,
+  resourceName: string,
+): { vmName: string; vmNameChosenBy: "user" | "provider" } {
+  if (typeof news.vmName === "string") return { vmName: news.vmName, vmNameChosenBy: "user" };
+  const previous =
+    olds.vmNameChosenBy === "provider" && typeof olds.vmName === "string" ? olds.vmName : undefined;
+  const forReplacement = Object.fromEntries(
+    Object.entries(table).filter(([path]) => path !== "vmName"),
+  );
+  const replaced = changedPaths(forReplacement, olds, news).some(
+    (path) => table[path] === "replace",
+  );
+  if (previous !== undefined && !replaced) return { vmName: previous, vmNameChosenBy: "provider" };
+  return { vmName: newVmName(resourceName), vmNameChosenBy: "provider" };
+}
+
+/** Structural equality where undefined, null and a missing key are the same, and key order does not matter. */
+export function sameValue(a: unknown, b: unknown): boolean {
+  if (a === undefined || a === null) return b === undefined || b === null;
+  if (b === undefined || b === null) return false;
+  if (Array.isArray(a) || Array.isArray(b)) {
+    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
+    return a.every((item, index) => sameValue(item, b[index]));
+  }
+  if (typeof a === "object" && typeof b === "object") {
+    const keys = new Set([...Object.keys(a as object), ...Object.keys(b as object)]);
+    for (const key of keys)
+      if (!sameValue((a as Record<string, unknown>)[key], (b as Record<string, unknown>)[key]))
+        return false;
+    return true;
+  }
+  return a === b;
+}

@@ -1,0 +1,227 @@
+/**
+ * KvmProxy inputs. Every message names the field and says what to write
+ * instead; `check` reports them as Pulumi check failures. Pure: no I/O, so
+ * `pulumi preview` validates without reaching any host.
+ */
+import { z } from "zod";
+import {
+  ownerSchema,
+  readinessSchema,
+  timeoutsSchema,
+  validateWithUnknowns,
+  vmNameSchema,
+  wholeNumber,
+  type ValidationResult,
+} from "../common/inputs";
+
+const HOST_NAME =
+  /^(\[[0-9a-fA-F:.]+\]|[0-9a-fA-F:]+:[0-9a-fA-F:.]*|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)$/;
+const POOL_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+const BRIDGE_NAME = /^[A-Za-z][A-Za-z0-9_.-]{0,14}$/;
+const NETWORK_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+const SHA256 = /^[0-9a-f]{64}$/;
+const CPU_MODEL = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+
+export const DEFAULT_SOCKET_PATH = "/var/run/libvirt/libvirt-sock";
+
+export const connectionSchema = z.strictObject({
+  host: z
+    .string({
+      error: 'connection.host must be the hypervisor\'s host name or address, e.g. "kvm1.lan"',
+    })
+    .regex(HOST_NAME, {
+      error:
+        'connection.host must be a host name or IP address without user or port (use connection.user and connection.port), e.g. "kvm1.lan"',
+    }),
+  port: wholeNumber("connection.port", 1, 65535, 22).default(22),
+  user: z
+    .string({ error: 'connection.user must be the SSH user name, e.g. "root"' })
+    .regex(/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$/, {
+      error: "connection.user must be a plain user name (letters, digits, _ . -)",
+    })
+    .default("root"),
+  privateKey: z
+    .string({ error: "connection.privateKey must be the private key text (PEM or OpenSSH format)" })
+    .includes("PRIVATE KEY-----", {
+      error:
+        "connection.privateKey must be the key's text (-----BEGIN ... PRIVATE KEY-----), not a path; read the file with fs.readFileSync",
+    })
+    .optional(),
+  passphrase: z.string({ error: "connection.passphrase must be a string" }).optional(),
+  /** OpenSSH known_hosts content; without it ~/.ssh/known_hosts is read. */
+  knownHosts: z
+    .string({
+      error:
+        'connection.knownHosts must be known_hosts text (lines like "host ssh-ed25519 AAAA...")',
+    })
+    .optional(),
+  /** Skips host-key verification. Insecure: anyone on the path can impersonate the host. */
+  insecureIgnoreHostKey: z
+    .boolean({ error: "connection.insecureIgnoreHostKey must be true or false" })
+    .default(false),
+  /** ssh-agent socket; defaults to SSH_AUTH_SOCK. */
+  agentSocket: z.string({ error: "connection.agentSocket must be a path" }).optional(),
+  dialTimeoutSeconds: wholeNumber("connection.dialTimeoutSeconds", 1, 600, 15).default(15),
+});
+
+const imageSchema = z
+  .strictObject({
+    url: z
+      .string({
+        error:
+          'image.url must be the https URL of a cloud image, e.g. "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2"',
+      })
+      .superRefine((text, context) => {
+        let url: URL;
+        try {
+          url = new URL(text);
+        } catch {
+          context.addIssue({
+            code: "custom",
+            message: "image.url is not a URL; give the full https://... address",
+          });
+          return;
+        }
+        if (url.protocol !== "https:" && url.protocol !== "http:")
+          context.addIssue({
+            code: "custom",
+            message: `image.url must use https (or http with image.sha256), not ${url.protocol}`,
+          });
+        if (url.username !== "" || url.password !== "")
+          context.addIssue({
+            code: "custom",
+            message:
+              "image.url must not carry credentials (user:password@); serve the image from an address that needs none",
+          });
+      }),
+    sha256: z
+      .string({ error: "image.sha256 must be 64 hex characters" })
+      .transform((digest) => digest.toLowerCase())
+      .pipe(
+        z.string().regex(SHA256, {
+          error: "image.sha256 must be 64 hex characters (the output of sha256sum)",
+        }),
+      )
+      .optional(),
+    format: z
+      .enum(["qcow2", "raw"], { error: 'image.format must be "qcow2" or "raw"' })
+      .default("qcow2"),
+  })
+  .refine((image) => !image.url.startsWith("http:") || image.sha256 !== undefined, {
+    error:
+      "image.url uses plain http, so image.sha256 is required to make sure the image is the one you meant",
+    path: ["sha256"],
+  });
+
+const networkSchema = z.union(
+  [
+    z.strictObject({
+      bridge: z.string().regex(BRIDGE_NAME, {
+        error: 'network.bridge must be a Linux bridge name (at most 15 characters), e.g. "br0"',
+      }),
+    }),
+    z.strictObject({
+      name: z.string().regex(NETWORK_NAME, {
+        error: 'network.name must be a libvirt network name, e.g. "default"',
+      }),
+    }),
+  ],
+  { error: 'network must be { bridge: "br0" } or { name: "default" } (a libvirt network)' },
+);
+
+const cpuModeSchema = z.union(
+  [
+    z.enum(["host-passthrough", "host-model", "maximum"]),
+    z.strictObject({
+      model: z
+        .string()
+        .regex(CPU_MODEL, { error: 'cpuMode.model must be a QEMU CPU model name, e.g. "qemu64"' }),
+    }),
+  ],
+  { error: 'cpuMode must be "host-passthrough", "host-model", "maximum" or { model: "qemu64" }' },
+);
+
+const kvmReadinessSchema = readinessSchema.extend({
+  /** An http:// URL fetched through the proxy once the port answers; a 2xx-3xx status means ready. */
+  probeUrl: z
+    .string({ error: "readiness.probeUrl must be an http:// URL fetched through the proxy" })
+    .regex(/^http:\/\/[^\s/@]+(\/\S*)?$/, {
+      error:
+        'readiness.probeUrl must be an http:// URL without credentials, e.g. "http://example.com/"',
+    })
+    .optional(),
+});
+
+export const kvmProxyInputsSchema = z
+  .strictObject({
+    // Where. Without a connection the local libvirt socket is used.
+    connection: connectionSchema.optional(),
+    socketPath: z
+      .string({ error: "socketPath must be an absolute path" })
+      .regex(/^\/[^\0]*$/, {
+        error: `socketPath must be an absolute path, e.g. "${DEFAULT_SOCKET_PATH}"`,
+      })
+      .default(DEFAULT_SOCKET_PATH),
+    pool: z
+      .string()
+      .regex(POOL_NAME, { error: 'pool must be a libvirt storage pool name, e.g. "default"' })
+      .default("default"),
+    network: networkSchema.default({ name: "default" }),
+    // Machine.
+    vmName: vmNameSchema.optional(),
+    /** "user" when the name was given, "provider" when check generated it (diff decides deleteBeforeReplace). */
+    vmNameChosenBy: z.enum(["user", "provider"]).optional(),
+    vcpus: wholeNumber("vcpus", 1, 128, 2).default(1),
+    memoryMiB: wholeNumber("memoryMiB", 256, 1_048_576, 1024).default(1024),
+    diskGiB: wholeNumber("diskGiB", 1, 16_384, 10).default(10),
+    firmware: z
+      .enum(["uefi", "bios"], { error: 'firmware must be "uefi" or "bios"' })
+      .default("uefi"),
+    domainType: z
+      .enum(["kvm", "qemu"], {
+        error:
+          'domainType must be "kvm" or "qemu" (software emulation, for hosts without /dev/kvm)',
+      })
+      .default("kvm"),
+    cpuMode: cpuModeSchema.optional(),
+    image: imageSchema,
+    // cloud-init.
+    userData: z
+      .string({ error: "userData must be a string (any format cloud-init accepts)" })
+      .optional(),
+    /** For binary user-data (gzip): the bytes as base64. */
+    userDataBase64: z.base64({ error: "userDataBase64 must be base64 text" }).optional(),
+    vendorData: z.string({ error: "vendorData must be a string" }).optional(),
+    installGuestAgent: z
+      .boolean({ error: "installGuestAgent must be true or false" })
+      .default(true),
+    networkConfig: z
+      .string({ error: "networkConfig must be NoCloud network-config text (v1 or v2)" })
+      .optional(),
+    // Behaviour.
+    readiness: kvmReadinessSchema.default({ mode: "port", port: 3128 }),
+    timeouts: timeoutsSchema.default({ createSeconds: 900, readySeconds: 600, deleteSeconds: 300 }),
+    owner: ownerSchema,
+  })
+  .refine((inputs) => inputs.userData === undefined || inputs.userDataBase64 === undefined, {
+    error: "give userData or userDataBase64, not both",
+    path: ["userDataBase64"],
+  });
+
+/** Checked inputs, defaults applied; check always fills vmName. */
+export type KvmProxyInputs = z.output<typeof kvmProxyInputsSchema> & { vmName: string };
+export type KvmProxyArgsShape = z.input<typeof kvmProxyInputsSchema>;
+export type KvmConnection = z.output<typeof connectionSchema>;
+
+export function validateKvmInputs(
+  raw: Record<string, unknown>,
+): ValidationResult<z.output<typeof kvmProxyInputsSchema>> {
+  return validateWithUnknowns(kvmProxyInputsSchema, raw, "KvmProxy", "docs/kvm.md");
+}
+
+/** The CPU mode a domain gets: passthrough on KVM, a model TCG can emulate on plain QEMU. */
+export function effectiveCpuMode(
+  inputs: Pick<KvmProxyInputs, "cpuMode" | "domainType">,
+): KvmProxyInputs["cpuMode"] & {} {
+  return inputs.cpuMode ?? (inputs.domainType === "kvm" ? "host-passthrough" : { model: "qemu64" });
+}
