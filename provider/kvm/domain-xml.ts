@@ -66,10 +66,10 @@ const MARK_ELEMENT = "mark";
  * tabs and newlines in attributes into spaces. Percent-encode those and '%'
  * itself, so any Pulumi resource name survives the host's round trip.
  */
-// Control characters are exactly what this must match.
-// eslint-disable-next-line no-control-regex
+/* eslint-disable no-control-regex -- control characters are exactly what this must match */
 const XML_UNSAFE =
   /[%\u0000-\u001f\u007f\ufffe\uffff]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+/* eslint-enable no-control-regex */
 const encodeMarkValue = (value: string): string =>
   value.replace(XML_UNSAFE, (char) =>
     // A lone surrogate has no UTF-8 form: it becomes U+FFFD, as any encoder would make it.
