@@ -1,3 +1,5 @@
 // The package's public face. Resources join here as they land.
 export { packageVersion } from "./common/version";
 export * from "./common/errors";
+export { ProxmoxProxy } from "./proxmox/resource";
+export type { ProxmoxProxyArgs } from "./proxmox/resource";

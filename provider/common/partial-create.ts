@@ -10,7 +10,7 @@ export class PartialCreateError extends Error {
 
   constructor(
     readonly id: string,
-    readonly properties: Record<string, unknown>,
+    readonly properties: object,
     cause: Error,
   ) {
     super(cause.message, { cause });

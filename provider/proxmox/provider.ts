@@ -1,0 +1,637 @@
+import { Deadline, retryWithBackoff } from "../common/deadline";
+import {
+  EgressProxyError,
+  isNotFound,
+  isTransient,
+  PermanentError,
+  withContext,
+} from "../common/errors";
+import {
+  createMark,
+  describeOwner,
+  MARK_TAG,
+  ownershipOf,
+  OwnerIdentity,
+  OwnershipMark,
+} from "../common/mark";
+import { newVmName } from "../common/names";
+import { PartialCreateError } from "../common/partial-create";
+import { waitForTcpPort } from "../common/readiness";
+import { redactText } from "../common/redact";
+import { FormFields, ProxmoxClient } from "./client";
+import { isVmidTaken } from "./classify";
+import { ConnectionInputs, rememberProviderConfig, resolveConnection } from "./connection";
+import { decideDiff, DiffDecision, sameValue } from "./diff";
+import {
+  CheckFailure,
+  normalizeTags,
+  ProxmoxProxyInputs,
+  ProxmoxProxyOutputs,
+  UNKNOWN,
+  validateInputs,
+} from "./schema";
+import { deleteSeed, seedVolumeId, UploadedSeed, uploadSeed } from "./seed";
+import { waitForTask } from "./tasks";
+import {
+  bootDisk,
+  diskSizeBytes,
+  GIB,
+  ide2Problem,
+  macOf,
+  markOfConfig,
+  rewriteNet0,
+  tagsValue,
+  vmDescription,
+} from "./vm-config";
+import {
+  agentAddress,
+  ClusterVmEntry,
+  destroyVm,
+  getConfig,
+  getStatus,
+  isVmidFree,
+  listVms,
+  resizeDisk,
+  startClone,
+  startVm,
+  stopVm,
+  VmRef,
+  VmStatus,
+  waitForAgentAddress,
+  waitUntilUnlocked,
+  writeConfig,
+} from "./vm";
+import { vmidCandidates } from "./vmid";
+
+/**
+ * ProxmoxProxy's check/diff/create/read/update/delete, each a short story over
+ * the steps in vm.ts and seed.ts. The flow and the rules are those of
+ * ../shared/design/proxmox-facts.md.
+ */
+
+type Props = Record<string, unknown>;
+
+/** Counts API requests per create (the benchmark reads it). */
+export const apiCallCounter = { lastCreate: 0 };
+
+// ---------------------------------------------------------------- configure
+
+export async function configure(request: {
+  config?: { get(key: string): string | undefined };
+}): Promise<void> {
+  rememberProviderConfig(request.config);
+}
+
+// ---------------------------------------------------------------- check / diff: offline and pure
+
+export async function check(
+  olds: Props,
+  news: Props,
+): Promise<{ inputs: Props; failures: CheckFailure[] }> {
+  const named = withVmName(olds, news);
+  const result = validateInputs(named);
+  if (result.ok)
+    return {
+      inputs: plain({ ...result.inputs, tags: normalizeTags(result.inputs.tags) }),
+      failures: [],
+    };
+  return { inputs: named, failures: result.failures };
+}
+
+/** Autonaming belongs in check: keep the old generated name, or make one from the resource name. */
+function withVmName(olds: Props, news: Props): Props {
+  if (news.vmName !== undefined && news.vmName !== null) return { ...news, vmNameChosenBy: "user" };
+  const oldName =
+    olds.vmNameChosenBy === "provider" && typeof olds.vmName === "string" ? olds.vmName : undefined;
+  const owner = news.owner as Partial<OwnerIdentity> | undefined;
+  const resourceName =
+    typeof owner?.resource === "string" && owner.resource !== UNKNOWN ? owner.resource : "proxy";
+  return { ...news, vmName: oldName ?? newVmName(resourceName), vmNameChosenBy: "provider" };
+}
+
+export async function diff(_id: string, olds: Props, news: Props): Promise<DiffDecision> {
+  return decideDiff(olds, news);
+}
+
+// ---------------------------------------------------------------- create
+
+export async function create(inputs: Props): Promise<{ id: string; outs: ProxmoxProxyOutputs }> {
+  const spec = checkedInputs(inputs);
+  const client = clientFor(spec);
+  const deadline = Deadline.afterSeconds(spec.timeouts.createSeconds, "timeouts.createSeconds");
+  const where = `VM ${spec.vmName} on node ${spec.node}`;
+  const requestsBefore = client.requestCount;
+  const vm = await retrying("clone", deadline, () => ensureVm(client, spec, deadline)).catch(
+    (error) => {
+      throw withContext(error, { operation: "create", resource: where });
+    },
+  );
+  const id = resourceId(vm.ref);
+  let outs = initialOutputs(spec, vm);
+  try {
+    const seed = await retrying("upload seed", deadline, () =>
+      uploadSeed(client, seedSpec(spec), deadline),
+    );
+    outs = { ...outs, seedSha256: seed.sha256 };
+    const config = await retrying("configure", deadline, () =>
+      configureVm(client, spec, vm, seed, deadline),
+    );
+    outs = { ...outs, mac: macOf(config) ?? null };
+    await retrying("resize", deadline, () =>
+      resizeBootDisk(client, spec, vm.ref, config, deadline),
+    );
+    await retrying("start", deadline, () => ensureRunning(client, vm.ref, deadline));
+    outs = { ...outs, state: "running" };
+    if (spec.readiness.mode !== "none") {
+      const readyBy = Deadline.afterSeconds(spec.timeouts.readySeconds, "timeouts.readySeconds");
+      const ip = await waitForAddress(client, vm.ref, outs.mac, readyBy);
+      outs = { ...outs, ip, endpoint: `http://${ip}:${spec.readiness.port}` };
+      if (spec.readiness.mode === "port") await waitForTcpPort(ip, spec.readiness.port, readyBy);
+    }
+    apiCallCounter.lastCreate = client.requestCount - requestsBefore;
+    return { id, outs };
+  } catch (error) {
+    // The VM exists: let Pulumi record it (marked failed) rather than leak it.
+    const cause = withContext(error, {
+      operation: "create",
+      resource: `${where} (VMID ${vm.ref.vmid})`,
+    });
+    throw new PartialCreateError(id, plain(outs), cause);
+  }
+}
+
+interface EnsuredVm {
+  ref: VmRef;
+  mark: OwnershipMark;
+}
+
+/**
+ * Finds our VM (resumed create) or clones a new one. Rule 1: a nameless or
+ * locked entry is in progress, never absent. Rule 2: a taken VMID is
+ * inspected; ours is adopted, someone else's with our name refused, anyone
+ * else's skipped.
+ */
+async function ensureVm(
+  client: ProxmoxClient,
+  spec: ProxmoxProxyInputs,
+  deadline: Deadline,
+): Promise<EnsuredVm> {
+  for (;;) {
+    deadline.check(`finding or cloning ${spec.vmName}`);
+    const entries = await listVms(client, deadline);
+    const existing = entries.find(
+      (entry) => entry.node === spec.node && entry.name === spec.vmName,
+    );
+    if (existing !== undefined)
+      return adoptExisting(client, spec, { node: spec.node, vmid: existing.vmid }, deadline);
+    const choice = await chooseVmid(client, spec, entries, deadline);
+    if (choice.busy) {
+      await waitUntilUnlocked(client, choice.ref, deadline).catch(ignoreNotFound);
+      continue;
+    }
+    const mark = createMark(spec.owner);
+    try {
+      const upid = await startClone(
+        client,
+        {
+          node: spec.node,
+          templateVmid: spec.templateVmid,
+          newid: choice.ref.vmid,
+          name: spec.vmName,
+          storage: spec.diskStorage,
+          description: vmDescription(spec.vmName, mark),
+        },
+        deadline,
+      );
+      await waitForTask(client, upid, { deadline });
+      return { ref: choice.ref, mark };
+    } catch (error) {
+      // F4: someone (a parallel create, or our crashed attempt) got there first: look again.
+      if (isVmidTaken(error)) continue;
+      throw error;
+    }
+  }
+}
+
+async function chooseVmid(
+  client: ProxmoxClient,
+  spec: ProxmoxProxyInputs,
+  entries: ClusterVmEntry[],
+  deadline: Deadline,
+): Promise<{ ref: VmRef; busy: boolean }> {
+  const byVmid = new Map(entries.map((entry) => [entry.vmid, entry]));
+  for (const vmid of vmidCandidates(spec.vmName, spec.vmidRange)) {
+    const entry = byVmid.get(vmid);
+    const ref = { node: entry?.node ?? spec.node, vmid };
+    // A nameless entry is mid-clone (F8) and may be our own crashed attempt.
+    if (entry !== undefined) {
+      if (entry.name === undefined || entry.name === "") return { ref, busy: true };
+      continue;
+    }
+    // Not visible to us (permission-filtered) yet taken: demonstrably not ours.
+    if (await isVmidFree(client, vmid, deadline)) return { ref, busy: false };
+  }
+  throw new PermanentError(
+    `no free VMID in vmidRange ${spec.vmidRange.first}-${spec.vmidRange.last}; widen vmidRange`,
+  );
+}
+
+async function adoptExisting(
+  client: ProxmoxClient,
+  spec: ProxmoxProxyInputs,
+  ref: VmRef,
+  deadline: Deadline,
+): Promise<EnsuredVm> {
+  await waitUntilUnlocked(client, ref, deadline);
+  const config = await getConfig(client, ref, deadline);
+  return { ref, mark: requireOurs(config, ref, spec.vmName, spec.owner) };
+}
+
+/** Ownership is enforced everywhere: the VM must carry our mark, for this project and stack. */
+function requireOurs(
+  config: Record<string, string | undefined>,
+  ref: VmRef,
+  vmName: string,
+  owner: Pick<OwnerIdentity, "project" | "stack">,
+): OwnershipMark {
+  const reading = markOfConfig(config);
+  const subject = `VM ${ref.vmid} (${JSON.stringify(config.name ?? "")}) on node ${ref.node}`;
+  switch (ownershipOf(reading, owner)) {
+    case "ours":
+      if (reading.kind === "marked") return reading.mark;
+      break;
+    case "foreign":
+      if (reading.kind === "marked")
+        throw new PermanentError(
+          `${subject} belongs to ${describeOwner(reading.mark.owner)}, not to ${owner.project}/${owner.stack}; choose another vmName`,
+        );
+      break;
+    case "unmarked":
+      throw new PermanentError(
+        `${subject} has the name ${vmName} but no egress-proxies mark in its description: it was not made by this package; choose another vmName or remove that VM`,
+      );
+    case "corrupt":
+      throw new PermanentError(
+        `${subject} carries an unreadable egress-proxies mark (${reading.kind === "corrupt" ? reading.reason : "?"}); inspect its description`,
+      );
+  }
+  throw new PermanentError(`${subject}: ownership could not be established`);
+}
+
+/** Flow step 4: one config write (ide2, cores, memory, net0, tags, description). */
+async function configureVm(
+  client: ProxmoxClient,
+  spec: ProxmoxProxyInputs,
+  vm: EnsuredVm,
+  seed: UploadedSeed,
+  deadline: Deadline,
+): Promise<Record<string, string | undefined>> {
+  const config = await getConfig(client, vm.ref, deadline);
+  const problem = ide2Problem(config, seed.volumeId);
+  if (problem !== undefined)
+    throw new PermanentError(`template ${spec.templateVmid}: ${problem}`, {
+      resource: `VM ${vm.ref.vmid}`,
+    });
+  const changes: FormFields = {
+    ide2: `${seed.volumeId},media=cdrom`,
+    cores: spec.cores,
+    memory: spec.memoryMiB,
+    tags: tagsValue([MARK_TAG, ...spec.tags]),
+    description: vmDescription(spec.vmName, vm.mark),
+  };
+  // The address comes from the guest agent; make sure its channel exists.
+  if (config.agent === undefined || /^(0|enabled=0)/.test(config.agent)) changes.agent = 1;
+  const net0 =
+    config.net0 === undefined ? undefined : rewriteNet0(config.net0, spec.bridge, spec.vlanTag);
+  if (net0 !== undefined) changes.net0 = net0;
+  await writeConfig(client, vm.ref, changes, deadline);
+  return {
+    ...config,
+    ...Object.fromEntries(Object.entries(changes).map(([key, value]) => [key, String(value)])),
+  };
+}
+
+/** Flow step 5: absolute size; equal is skipped; smaller is refused before any task (F20). */
+async function resizeBootDisk(
+  client: ProxmoxClient,
+  spec: ProxmoxProxyInputs,
+  ref: VmRef,
+  config: Record<string, string | undefined>,
+  deadline: Deadline,
+): Promise<void> {
+  if (spec.diskGiB === undefined) return;
+  const disk = bootDisk(config);
+  if (disk === undefined)
+    throw new PermanentError(
+      `template ${spec.templateVmid} has no boot disk to resize; unset diskGiB or fix its boot order`,
+    );
+  const current = diskSizeBytes(config[disk]) ?? 0;
+  const wanted = spec.diskGiB * GIB;
+  if (wanted === current) return;
+  if (wanted < current)
+    throw new PermanentError(
+      `diskGiB ${spec.diskGiB} is smaller than the template's ${disk} (${(current / GIB).toFixed(1)} GiB); set diskGiB to at least ${Math.ceil(current / GIB)} or leave it unset`,
+    );
+  await resizeDisk(client, ref, disk, spec.diskGiB, deadline);
+}
+
+/** Flow step 6. A paused VM is running as far as create is concerned: never restarted. */
+async function ensureRunning(client: ProxmoxClient, ref: VmRef, deadline: Deadline): Promise<void> {
+  const status = await getStatus(client, ref, deadline);
+  if (status.status === "running") return;
+  await startVm(client, ref, deadline);
+}
+
+/** Flow step 7: the address from the agent, within timeouts.readySeconds. */
+async function waitForAddress(
+  client: ProxmoxClient,
+  ref: VmRef,
+  mac: string | null,
+  deadline: Deadline,
+): Promise<string> {
+  if (mac === null)
+    throw new PermanentError(`VM ${ref.vmid} has no usable net0 to read its address from`);
+  return waitForAgentAddress(client, ref, mac, deadline);
+}
+
+// ---------------------------------------------------------------- read
+
+/**
+ * Refresh and `.get`: the current state, address and mark. Never blocks on
+ * the agent (one short attempt; a failure keeps the known address). A locked
+ * VM is in progress, not gone (rule 1); a gone VM removes the resource.
+ */
+export async function read(
+  id: string,
+  props: Props,
+): Promise<{ id?: string; props: Props; inputs?: Props }> {
+  const ref = parseResourceId(id);
+  const client = clientFor(props as ConnectionInputs);
+  const deadline = new Deadline(60_000, "the 60 s refresh budget");
+  const status = await getStatus(client, ref, deadline).catch(notFoundAsUndefined);
+  if (status === undefined) return { props: {} };
+  if (status.lock !== undefined && status.lock !== "")
+    return { id, props: { ...props, state: `locked (${status.lock})` }, inputs: inputsOf(props) };
+  const config = await getConfig(client, ref, deadline).catch(notFoundAsUndefined);
+  if (config === undefined) return { props: {} };
+  const expectedName = typeof props.vmName === "string" ? props.vmName : config.name;
+  // Our VM was deleted and the VMID reused by someone else's: ours is gone.
+  if (config.name !== expectedName) return { props: {} };
+  const owner = (props.owner as OwnerIdentity | undefined) ?? ownerFromMark(config, ref);
+  const mark = requireOurs(config, ref, expectedName ?? "", owner);
+  const mac = macOf(config) ?? null;
+  const ip = await freshAddress(client, ref, status, mac, props.ip);
+  const port = (props.readiness as { port?: number } | undefined)?.port ?? 3128;
+  const outputs: Props = {
+    ...props,
+    vmName: config.name,
+    node: ref.node,
+    host: ref.node,
+    vmid: ref.vmid,
+    mac,
+    state: stateOf(status),
+    ip,
+    endpoint: ip === null ? null : `http://${ip}:${port}`,
+    createdAt: mark.createdAt,
+  };
+  return { id, props: plain(outputs), inputs: inputsOf(outputs) };
+}
+
+/** F14 / rule 6: paused is reported as paused, never as stopped. */
+function stateOf(status: VmStatus): string {
+  if (status.status === "running") return status.qmpstatus === "paused" ? "paused" : "running";
+  return status.status;
+}
+
+/** One short agent call; any failure keeps the address we knew. */
+async function freshAddress(
+  client: ProxmoxClient,
+  ref: VmRef,
+  status: VmStatus,
+  mac: string | null,
+  known: unknown,
+): Promise<string | null> {
+  const previous = typeof known === "string" ? known : null;
+  if (mac === null || status.status !== "running" || status.qmpstatus === "paused") return previous;
+  try {
+    return (await agentAddress(client, ref, mac, 3000)) ?? previous;
+  } catch {
+    return previous;
+  }
+}
+
+function ownerFromMark(config: Record<string, string | undefined>, ref: VmRef): OwnerIdentity {
+  const reading = markOfConfig(config);
+  if (reading.kind === "marked") return reading.mark.owner;
+  throw new PermanentError(
+    `VM ${ref.vmid} on node ${ref.node} carries no egress-proxies mark; it cannot be read as a ProxmoxProxy`,
+  );
+}
+
+// ---------------------------------------------------------------- update
+
+/** In place: nothing about the VM changes except its tags (metadata), written in one config call. */
+export async function update(id: string, olds: Props, news: Props): Promise<{ outs: Props }> {
+  const spec = checkedInputs(news);
+  if (!sameValue(olds.tags, spec.tags)) {
+    const ref = parseResourceId(id);
+    const client = clientFor(spec);
+    const deadline = Deadline.afterSeconds(spec.timeouts.createSeconds, "timeouts.createSeconds");
+    await retrying("write tags", deadline, () =>
+      writeConfig(client, ref, { tags: tagsValue([MARK_TAG, ...spec.tags]) }, deadline),
+    ).catch((error) => {
+      throw withContext(error, {
+        operation: "update",
+        resource: `VM ${ref.vmid} on node ${ref.node}`,
+      });
+    });
+  }
+  const carried = pick(olds, [
+    "vmid",
+    "host",
+    "ip",
+    "mac",
+    "state",
+    "endpoint",
+    "seedVolume",
+    "seedSha256",
+    "createdAt",
+  ]);
+  const port = spec.readiness.port;
+  const endpoint =
+    typeof carried.ip === "string" ? `http://${carried.ip}:${port}` : (carried.endpoint ?? null);
+  return { outs: plain({ ...carried, ...spec, endpoint }) };
+}
+
+// ---------------------------------------------------------------- delete
+
+/**
+ * Ownership checked; stop first ("VM is running - destroy failed" otherwise),
+ * purge and destroy unreferenced disks, then the seed (an imgdel task, waited
+ * for). Idempotent: a VM already gone still gets its seed removed.
+ */
+export async function deleteProxy(id: string, props: Props): Promise<void> {
+  const ref = parseResourceId(id);
+  const client = clientFor(props as ConnectionInputs);
+  const timeouts = props.timeouts as { deleteSeconds?: number } | undefined;
+  const deadline = Deadline.afterSeconds(timeouts?.deleteSeconds ?? 300, "timeouts.deleteSeconds");
+  const vmName = String(props.vmName);
+  try {
+    await retrying("remove VM", deadline, () => removeVm(client, ref, vmName, props, deadline));
+    const seedVolume =
+      typeof props.seedVolume === "string"
+        ? props.seedVolume
+        : seedVolumeId(String(props.seedStorage), vmName);
+    await retrying("remove seed", deadline, () =>
+      deleteSeed(client, ref.node, seedVolume, deadline),
+    );
+  } catch (error) {
+    throw withContext(error, {
+      operation: "delete",
+      resource: `VM ${vmName} (VMID ${ref.vmid}) on node ${ref.node}`,
+    });
+  }
+}
+
+async function removeVm(
+  client: ProxmoxClient,
+  ref: VmRef,
+  vmName: string,
+  props: Props,
+  deadline: Deadline,
+): Promise<void> {
+  let status = await getStatus(client, ref, deadline).catch(notFoundAsUndefined);
+  if (status === undefined) return;
+  if (status.lock !== undefined && status.lock !== "") {
+    status = await waitUntilUnlocked(client, ref, deadline).catch(notFoundAsUndefined);
+    if (status === undefined) return;
+  }
+  const config = await getConfig(client, ref, deadline).catch(notFoundAsUndefined);
+  if (config === undefined) return;
+  // The VMID now holds a VM by another name: ours is already gone; never touch theirs.
+  if (config.name !== vmName) return;
+  const owner = (props.owner as OwnerIdentity | undefined) ?? ownerFromMark(config, ref);
+  requireOurs(config, ref, vmName, owner);
+  if (status.status === "running") await stopVm(client, ref, deadline);
+  await destroyVm(client, ref, deadline).catch(ignoreNotFound);
+}
+
+// ---------------------------------------------------------------- helpers
+
+/** Retries Transient failures (5xx, lock timeouts, a busy daemon) with backoff until the deadline. */
+function retrying<T>(what: string, deadline: Deadline, attempt: () => Promise<T>): Promise<T> {
+  return retryWithBackoff(
+    what,
+    deadline,
+    { initialDelayMs: 200, maxDelayMs: 5000, retryable: isTransient },
+    attempt,
+  );
+}
+
+function checkedInputs(inputs: Props): ProxmoxProxyInputs {
+  const result = validateInputs(inputs);
+  if (result.ok) return { ...result.inputs, tags: normalizeTags(result.inputs.tags) };
+  const reasons = result.failures.map((failure) => failure.reason).join("; ");
+  throw new PermanentError(`invalid inputs: ${reasons || "some inputs are still unknown"}`);
+}
+
+function clientFor(inputs: ConnectionInputs): ProxmoxClient {
+  return new ProxmoxClient(resolveConnection(inputs));
+}
+
+function seedSpec(spec: ProxmoxProxyInputs) {
+  return {
+    node: spec.node,
+    seedStorage: spec.seedStorage,
+    vmName: spec.vmName,
+    installGuestAgent: spec.installGuestAgent,
+    ...(spec.userData === undefined ? {} : { userData: spec.userData }),
+    ...(spec.vendorData === undefined ? {} : { vendorData: spec.vendorData }),
+  };
+}
+
+function initialOutputs(spec: ProxmoxProxyInputs, vm: EnsuredVm): ProxmoxProxyOutputs {
+  return {
+    ...spec,
+    vmid: vm.ref.vmid,
+    host: spec.node,
+    ip: null,
+    mac: null,
+    state: "stopped",
+    endpoint: null,
+    seedVolume: seedVolumeId(spec.seedStorage, spec.vmName),
+    seedSha256: "",
+    createdAt: vm.mark.createdAt,
+  };
+}
+
+/** The id is stable for the VM's life: `nodes/<node>/qemu/<vmid>`. */
+export function resourceId(ref: VmRef): string {
+  return `nodes/${ref.node}/qemu/${ref.vmid}`;
+}
+
+export function parseResourceId(id: string): VmRef {
+  const match = /^nodes\/([^/]+)\/qemu\/(\d+)$/.exec(id);
+  if (match === null)
+    throw new PermanentError(
+      `resource id ${JSON.stringify(id)} is not nodes/<node>/qemu/<vmid>; use that form with .get()`,
+    );
+  return { node: match[1], vmid: Number(match[2]) };
+}
+
+const INPUT_KEYS = [
+  "apiEndpoint",
+  "apiToken",
+  "caCertPem",
+  "insecure",
+  "node",
+  "templateVmid",
+  "diskStorage",
+  "seedStorage",
+  "vmidRange",
+  "vmName",
+  "vmNameChosenBy",
+  "cores",
+  "memoryMiB",
+  "diskGiB",
+  "bridge",
+  "vlanTag",
+  "tags",
+  "userData",
+  "vendorData",
+  "installGuestAgent",
+  "readiness",
+  "timeouts",
+  "owner",
+];
+
+function inputsOf(props: Props): Props {
+  return plain(pick(props, INPUT_KEYS));
+}
+
+function pick(props: Props, keys: string[]): Props {
+  const out: Props = {};
+  for (const key of keys) if (props[key] !== undefined) out[key] = props[key];
+  return out;
+}
+
+/** Plain JSON: no undefined values (protobuf Structs cannot carry them). */
+function plain<T>(value: T): T {
+  return JSON.parse(JSON.stringify(value)) as T;
+}
+
+function notFoundAsUndefined(error: unknown): undefined {
+  if (isNotFound(error)) return undefined;
+  throw error;
+}
+
+function ignoreNotFound(error: unknown): void {
+  if (!isNotFound(error)) throw error;
+}
+
+/** For messages built outside the error classes. */
+export function safeMessage(error: unknown): string {
+  return redactText(
+    error instanceof EgressProxyError || error instanceof Error ? error.message : String(error),
+  );
+}

@@ -1,0 +1,113 @@
+import * as pulumi from "@pulumi/pulumi";
+import * as implementation from "./provider";
+
+/**
+ * The provider object Pulumi serializes into state. It captures nothing but
+ * the implementation module (emitted as a `require` of this package), so no
+ * credential or live handle ends up in the closure.
+ */
+const proxmoxProvider: pulumi.dynamic.ResourceProvider = {
+  configure: (request) => implementation.configure(request),
+  check: (olds, news) => implementation.check(olds, news),
+  diff: (id, olds, news) => implementation.diff(id, olds, news),
+  create: (inputs) => implementation.create(inputs),
+  read: (id, props) => implementation.read(id, props) as Promise<pulumi.dynamic.ReadResult>,
+  update: (id, olds, news) => implementation.update(id, olds, news),
+  delete: (id, props) => implementation.deleteProxy(id, props),
+};
+
+export interface ProxmoxProxyArgs {
+  /** API URL, e.g. https://pve.example:8006. Else config egress-proxies:proxmoxEndpoint or PROXMOX_VE_ENDPOINT. */
+  apiEndpoint?: pulumi.Input<string>;
+  /** `user@realm!tokenid=secret`, stored as a secret. Else config egress-proxies:proxmoxApiToken or PROXMOX_VE_API_TOKEN. */
+  apiToken?: pulumi.Input<string>;
+  /** PEM of the CA that signed the API certificate. Else config egress-proxies:proxmoxCaCert or PROXMOX_VE_CA_CERT (PEM or file). */
+  caCertPem?: pulumi.Input<string>;
+  /** Skip TLS verification (explicit opt-out). */
+  insecure?: pulumi.Input<boolean>;
+  /** The Proxmox node the VM runs on. */
+  node: pulumi.Input<string>;
+  /** The template to full-clone (see docs/proxmox.md for how to prepare it). */
+  templateVmid: pulumi.Input<number>;
+  /** Storage for the VM's disk (must support images), e.g. local-lvm. */
+  diskStorage: pulumi.Input<string>;
+  /** Directory storage for the per-VM NoCloud seed ISOs (ISO content only). */
+  seedStorage: pulumi.Input<string>;
+  /** VMIDs this package may use; each VM prefers one derived from its name. Default 20000–29999. */
+  vmidRange?: pulumi.Input<{ first: pulumi.Input<number>; last: pulumi.Input<number> }>;
+  /** Fixed VM name (a DNS label); generated from the resource name when unset. */
+  vmName?: pulumi.Input<string>;
+  cores?: pulumi.Input<number>;
+  memoryMiB?: pulumi.Input<number>;
+  /** Absolute boot disk size; unset keeps the template's; never smaller than it. */
+  diskGiB?: pulumi.Input<number>;
+  /** Rewrites net0's bridge (the clone's MAC is kept). */
+  bridge?: pulumi.Input<string>;
+  /** 1–4094; rewrites net0 with tag=. */
+  vlanTag?: pulumi.Input<number>;
+  /** Proxmox tags (folded to lower case); `egress-proxies` is always added. */
+  tags?: pulumi.Input<pulumi.Input<string>[]>;
+  /** cloud-init user-data, any format, byte for byte; stored as a secret. */
+  userData?: pulumi.Input<string>;
+  vendorData?: pulumi.Input<string>;
+  /** Install qemu-guest-agent via a vendor-data script (default true). */
+  installGuestAgent?: pulumi.Input<boolean>;
+  readiness?: pulumi.Input<{
+    mode?: pulumi.Input<"port" | "address" | "none">;
+    port?: pulumi.Input<number>;
+  }>;
+  /** Our own timeouts (Pulumi ignores customTimeouts for dynamic resources). */
+  timeouts?: pulumi.Input<{
+    createSeconds?: pulumi.Input<number>;
+    readySeconds?: pulumi.Input<number>;
+    deleteSeconds?: pulumi.Input<number>;
+  }>;
+}
+
+/** Derived from secret inputs, so kept secret in state. */
+const SECRET_OUTPUTS = ["apiToken", "userData", "seedSha256"];
+
+/** One egress proxy VM on a Proxmox VE node, cloned from a template through the REST API. */
+export class ProxmoxProxy extends pulumi.dynamic.Resource {
+  declare readonly vmName: pulumi.Output<string>;
+  declare readonly vmid: pulumi.Output<number>;
+  declare readonly node: pulumi.Output<string>;
+  declare readonly host: pulumi.Output<string>;
+  declare readonly ip: pulumi.Output<string | null>;
+  declare readonly mac: pulumi.Output<string | null>;
+  declare readonly state: pulumi.Output<string>;
+  /** http://ip:port of the proxy once its address is known. */
+  declare readonly endpoint: pulumi.Output<string | null>;
+  declare readonly seedVolume: pulumi.Output<string>;
+  declare readonly seedSha256: pulumi.Output<string>;
+  declare readonly createdAt: pulumi.Output<string>;
+
+  constructor(name: string, args: ProxmoxProxyArgs, opts: pulumi.CustomResourceOptions = {}) {
+    super(
+      proxmoxProvider,
+      name,
+      {
+        ...args,
+        apiToken: args.apiToken === undefined ? undefined : pulumi.secret(args.apiToken),
+        userData: args.userData === undefined ? undefined : pulumi.secret(args.userData),
+        owner: { project: pulumi.getProject(), stack: pulumi.getStack(), resource: name },
+        vmName: args.vmName,
+        vmid: undefined,
+        host: undefined,
+        ip: undefined,
+        mac: undefined,
+        state: undefined,
+        endpoint: undefined,
+        seedVolume: undefined,
+        seedSha256: undefined,
+        createdAt: undefined,
+      },
+      {
+        ...opts,
+        additionalSecretOutputs: [...(opts.additionalSecretOutputs ?? []), ...SECRET_OUTPUTS],
+      },
+      "egress-proxies",
+      "ProxmoxProxy",
+    );
+  }
+}

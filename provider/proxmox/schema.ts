@@ -1,0 +1,247 @@
+import { z } from "zod";
+import { vmNameProblem } from "../common/names";
+
+/**
+ * ProxmoxProxy inputs. Every message names the field and says what to write
+ * instead; `check` reports them as Pulumi check failures.
+ */
+
+/** What Pulumi sends for a value not known yet (preview). */
+export const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
+
+/** F9 / rule 7: the tag pattern Proxmox accepts once folded to lower case. */
+export const TAG_PATTERN = /^[a-z0-9_][a-z0-9_\-+.]*$/;
+const STORAGE_ID = /^[a-z][a-z0-9\-_.]*$/i;
+const NODE_NAME = /^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$/;
+const BRIDGE_NAME = /^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$/;
+
+const wholeNumber = (field: string, min: number, max: number, example: number) =>
+  z
+    .int({ error: `${field} must be a whole number, e.g. ${example}` })
+    .min(min, { error: `${field} must be at least ${min}` })
+    .max(max, { error: `${field} must be at most ${max}` });
+
+const storageId = (field: string, example: string) =>
+  z
+    .string({ error: `${field} must be a Proxmox storage id, e.g. "${example}"` })
+    .regex(STORAGE_ID, {
+      error: `${field} must be a Proxmox storage id (letters, digits, '-', '_', '.'), e.g. "${example}"`,
+    });
+
+export const vmidRangeSchema = z
+  .strictObject({
+    first: wholeNumber("vmidRange.first", 100, 999_999_999, 20000),
+    last: wholeNumber("vmidRange.last", 100, 999_999_999, 29999),
+  })
+  .refine((range) => range.last >= range.first, {
+    error: "vmidRange.last must not be below vmidRange.first; swap them",
+  });
+
+export const readinessSchema = z.strictObject({
+  /**
+   * "port": wait for the guest's address, then for `port` to accept TCP;
+   * "address": wait for the address only; "none": done once the VM runs.
+   */
+  mode: z
+    .enum(["port", "address", "none"], {
+      error: 'readiness.mode must be "port", "address" or "none"',
+    })
+    .default("port"),
+  port: wholeNumber("readiness.port", 1, 65535, 3128).default(3128),
+});
+
+export const timeoutsSchema = z.strictObject({
+  createSeconds: wholeNumber("timeouts.createSeconds", 10, 86_400, 900).default(900),
+  readySeconds: wholeNumber("timeouts.readySeconds", 1, 86_400, 600).default(600),
+  deleteSeconds: wholeNumber("timeouts.deleteSeconds", 10, 86_400, 300).default(300),
+});
+
+export const ownerSchema = z.strictObject({
+  project: z.string({ error: "owner.project must be the Pulumi project name" }).min(1),
+  stack: z.string({ error: "owner.stack must be the Pulumi stack name" }).min(1),
+  resource: z.string({ error: "owner.resource must be the Pulumi resource name" }).min(1),
+});
+
+export const proxmoxProxyInputsSchema = z.strictObject({
+  // Where (credentials may also come from provider config or the environment).
+  apiEndpoint: z
+    .string({ error: 'apiEndpoint must be the API URL, e.g. "https://pve.example:8006"' })
+    .url({ error: 'apiEndpoint must be the API URL, e.g. "https://pve.example:8006"' })
+    .optional(),
+  apiToken: z
+    .string({ error: "apiToken must be a string user@realm!tokenid=secret" })
+    .regex(/^(PVEAPIToken=)?[^@\s]+@[^!\s]+![^=\s]+=\S+$/, {
+      error:
+        "apiToken must look like user@realm!tokenid=secret (Datacenter → Permissions → API Tokens)",
+    })
+    .optional(),
+  caCertPem: z
+    .string({ error: "caCertPem must be PEM text (-----BEGIN CERTIFICATE-----…)" })
+    .includes("-----BEGIN CERTIFICATE-----", {
+      error:
+        "caCertPem must be PEM text starting with -----BEGIN CERTIFICATE-----; for a file path use PROXMOX_VE_CA_CERT",
+    })
+    .optional(),
+  insecure: z.boolean({ error: "insecure must be true or false" }).optional(),
+  node: z
+    .string({ error: 'node must be the Proxmox node name, e.g. "pve"' })
+    .regex(NODE_NAME, {
+      error: 'node must be a Proxmox node name (letters, digits, "-"), e.g. "pve"',
+    }),
+  templateVmid: wholeNumber("templateVmid", 100, 999_999_999, 9000),
+  diskStorage: storageId("diskStorage", "local-lvm"),
+  seedStorage: storageId("seedStorage", "seeds"),
+  vmidRange: vmidRangeSchema.default({ first: 20000, last: 29999 }),
+  vmName: z
+    .string({ error: "vmName must be a string" })
+    .superRefine((name, context) => {
+      const problem = vmNameProblem(name);
+      if (problem !== undefined)
+        context.addIssue({ code: "custom", message: `vmName ${JSON.stringify(name)} ${problem}` });
+    })
+    .optional(),
+  /** "user" when the name was given, "provider" when check generated it (diff decides deleteBeforeReplace). */
+  vmNameChosenBy: z.enum(["user", "provider"]).optional(),
+  // Machine.
+  cores: wholeNumber("cores", 1, 128, 2).default(1),
+  memoryMiB: wholeNumber("memoryMiB", 256, 1_048_576, 1024).default(1024),
+  diskGiB: wholeNumber("diskGiB", 1, 65_536, 10).optional(),
+  bridge: z
+    .string({ error: 'bridge must be a Linux bridge name, e.g. "vmbr1"' })
+    .regex(BRIDGE_NAME, {
+      error: 'bridge must be a Linux bridge name (at most 15 characters), e.g. "vmbr1"',
+    })
+    .optional(),
+  vlanTag: wholeNumber("vlanTag", 1, 4094, 20).optional(),
+  tags: z
+    .array(
+      z.string().transform((tag, context) => {
+        const folded = tag.toLowerCase();
+        if (!TAG_PATTERN.test(folded))
+          context.addIssue({
+            code: "custom",
+            message: `tags entry ${JSON.stringify(tag)} has characters Proxmox rejects; use letters, digits and _ - + . (no spaces, no '!')`,
+          });
+        return folded;
+      }),
+      { error: "tags must be a list of strings" },
+    )
+    .default([]),
+  // cloud-init.
+  userData: z
+    .string({ error: "userData must be a string (any format cloud-init accepts)" })
+    .optional(),
+  vendorData: z.string({ error: "vendorData must be a string" }).optional(),
+  installGuestAgent: z.boolean({ error: "installGuestAgent must be true or false" }).default(true),
+  // Behaviour.
+  readiness: readinessSchema.default({ mode: "port", port: 3128 }),
+  timeouts: timeoutsSchema.default({ createSeconds: 900, readySeconds: 600, deleteSeconds: 300 }),
+  owner: ownerSchema,
+});
+
+/** Checked inputs, defaults applied. */
+export type ProxmoxProxyInputs = z.output<typeof proxmoxProxyInputsSchema> & { vmName: string };
+/** What users may pass (before defaults). */
+export type ProxmoxProxyArgsShape = z.input<typeof proxmoxProxyInputsSchema>;
+
+/** What create/read/update return: the inputs plus what only the host knows. */
+export interface ProxmoxProxyOutputs extends ProxmoxProxyInputs {
+  vmid: number;
+  /** The node, under the name KvmProxy uses for its host. */
+  host: string;
+  ip: string | null;
+  mac: string | null;
+  /** running | paused | stopped | locked (<lock>) */
+  state: string;
+  /** http://ip:port once the address is known. */
+  endpoint: string | null;
+  seedVolume: string;
+  seedSha256: string;
+  createdAt: string;
+}
+
+export interface CheckFailure {
+  property: string;
+  reason: string;
+}
+
+export type ValidationResult =
+  | { ok: true; inputs: ProxmoxProxyInputs }
+  | { ok: false; failures: CheckFailure[]; unknownOnly: boolean };
+
+/**
+ * Validates inputs that may hold unknown values (preview): a problem at, or
+ * under, an unknown value is not a problem yet.
+ */
+export function validateInputs(raw: Record<string, unknown>): ValidationResult {
+  const { __provider: _ignored, ...rest } = raw;
+  const unknownPaths: string[][] = [];
+  const known = stripUnknowns(rest, [], unknownPaths) as Record<string, unknown>;
+  const result = proxmoxProxyInputsSchema.safeParse(unknownPaths.length === 0 ? rest : known);
+  if (result.success) {
+    if (unknownPaths.length > 0) return { ok: false, failures: [], unknownOnly: true };
+    return { ok: true, inputs: result.data as ProxmoxProxyInputs };
+  }
+  const failures: CheckFailure[] = [];
+  for (const issue of result.error.issues) {
+    const path = issue.path.map(String);
+    const keys =
+      issue.code === "unrecognized_keys" ? issue.keys.map((key) => [...path, key]) : [path];
+    for (const issuePath of keys) {
+      if (
+        unknownPaths.some(
+          (unknown) => startsWith(issuePath, unknown) || startsWith(unknown, issuePath),
+        )
+      )
+        continue;
+      const property = issuePath.join(".");
+      failures.push({
+        property,
+        reason:
+          issue.code === "unrecognized_keys"
+            ? `${property} is not an input of ProxmoxProxy; remove it (see docs/proxmox.md for the inputs)`
+            : issue.message.startsWith(property.split(".")[0]) || property === ""
+              ? issue.message
+              : `${property}: ${issue.message}`,
+      });
+    }
+  }
+  return failures.length === 0
+    ? { ok: false, failures, unknownOnly: true }
+    : { ok: false, failures, unknownOnly: false };
+}
+
+function stripUnknowns(value: unknown, path: string[], unknownPaths: string[][]): unknown {
+  if (value === UNKNOWN) {
+    unknownPaths.push(path);
+    return undefined;
+  }
+  if (Array.isArray(value))
+    return value.map((item, index) => stripUnknowns(item, [...path, String(index)], unknownPaths));
+  if (typeof value === "object" && value !== null) {
+    const out: Record<string, unknown> = {};
+    for (const [key, item] of Object.entries(value)) {
+      const stripped = stripUnknowns(item, [...path, key], unknownPaths);
+      if (stripped !== undefined) out[key] = stripped;
+    }
+    return out;
+  }
+  return value;
+}
+
+function startsWith(path: string[], prefix: string[]): boolean {
+  return prefix.length <= path.length && prefix.every((part, index) => path[index] === part);
+}
+
+export function containsUnknown(value: unknown): boolean {
+  if (value === UNKNOWN) return true;
+  if (Array.isArray(value)) return value.some(containsUnknown);
+  if (typeof value === "object" && value !== null)
+    return Object.values(value).some(containsUnknown);
+  return false;
+}
+
+/** Tags as Proxmox stores them (F9: folded, `;`-separated), our mark tag first, compared as sets (rule 7). */
+export function normalizeTags(tags: readonly string[]): string[] {
+  return [...new Set(tags.map((tag) => tag.toLowerCase()))].sort();
+}

@@ -1,0 +1,296 @@
+import { Deadline, sleepWithin } from "../common/deadline";
+import {
+  EgressProxyError,
+  isNotFound,
+  isTransient,
+  NotFoundError,
+  PermanentError,
+} from "../common/errors";
+import { FormFields, ProxmoxClient, segment } from "./client";
+import { waitForTask } from "./tasks";
+
+/**
+ * The Proxmox calls the provider's stories are made of, one function per API
+ * step of the flow in proxmox-facts.md. Each takes the deadline it must finish
+ * within; none retries on its own (the caller decides what is safe to repeat).
+ */
+
+export interface VmRef {
+  node: string;
+  vmid: number;
+}
+
+export const vmPath = (ref: VmRef): string => `/nodes/${segment(ref.node)}/qemu/${ref.vmid}`;
+
+/** F8: a mid-clone entry has no name; `lock` only when set. */
+export interface ClusterVmEntry {
+  vmid: number;
+  node: string;
+  name?: string;
+  lock?: string;
+  status: string;
+  template?: number;
+}
+
+export interface VmStatus {
+  status: "running" | "stopped" | string;
+  qmpstatus?: string;
+  lock?: string;
+  name?: string;
+}
+
+const CALL_MS = 30_000;
+
+export async function listVms(
+  client: ProxmoxClient,
+  deadline: Deadline,
+): Promise<ClusterVmEntry[]> {
+  return client.get<ClusterVmEntry[]>(
+    "/cluster/resources",
+    { type: "vm" },
+    { timeoutMs: deadline.capped(CALL_MS) },
+  );
+}
+
+/** Flow step 1: `nextid?vmid=N` answers 400 "VM N already exists" when taken; nothing is reserved. */
+export async function isVmidFree(
+  client: ProxmoxClient,
+  vmid: number,
+  deadline: Deadline,
+): Promise<boolean> {
+  try {
+    await client.get("/cluster/nextid", { vmid }, { timeoutMs: deadline.capped(CALL_MS) });
+    return true;
+  } catch (error) {
+    if (error instanceof EgressProxyError && /already exists/i.test(error.detail)) return false;
+    throw error;
+  }
+}
+
+export async function getStatus(
+  client: ProxmoxClient,
+  ref: VmRef,
+  deadline: Deadline,
+): Promise<VmStatus> {
+  return client.get<VmStatus>(
+    `${vmPath(ref)}/status/current`,
+    {},
+    { timeoutMs: deadline.capped(CALL_MS) },
+  );
+}
+
+export async function getConfig(
+  client: ProxmoxClient,
+  ref: VmRef,
+  deadline: Deadline,
+): Promise<Record<string, string | undefined>> {
+  const config = await client.get<Record<string, unknown>>(
+    `${vmPath(ref)}/config`,
+    {},
+    { timeoutMs: deadline.capped(CALL_MS) },
+  );
+  const out: Record<string, string | undefined> = {};
+  for (const [key, value] of Object.entries(config))
+    out[key] = value === null || value === undefined ? undefined : String(value);
+  return out;
+}
+
+export interface CloneRequest {
+  node: string;
+  templateVmid: number;
+  newid: number;
+  name: string;
+  storage: string;
+  description: string;
+}
+
+/** Flow step 2: full clone; answers a UPID at once (F4 synchronously when the VMID is taken). */
+export async function startClone(
+  client: ProxmoxClient,
+  request: CloneRequest,
+  deadline: Deadline,
+): Promise<string> {
+  return client.post<string>(
+    `${vmPath({ node: request.node, vmid: request.templateVmid })}/clone`,
+    {
+      newid: request.newid,
+      name: request.name,
+      full: 1,
+      storage: request.storage,
+      description: request.description,
+    },
+    { timeoutMs: deadline.capped(CALL_MS) },
+  );
+}
+
+/**
+ * Rule 1: a locked VM (clone, create, …) is in progress, never absent. Waits
+ * until the lock is gone; the VM vanishing meanwhile (a failed clone is cleaned
+ * up by PVE) surfaces as NotFound.
+ */
+export async function waitUntilUnlocked(
+  client: ProxmoxClient,
+  ref: VmRef,
+  deadline: Deadline,
+): Promise<VmStatus> {
+  let pauseMs = 100;
+  for (;;) {
+    const status = await getStatus(client, ref, deadline);
+    if (status.lock === undefined || status.lock === "") return status;
+    deadline.check(`VM ${ref.vmid} still locked (${status.lock})`);
+    await sleepWithin(pauseMs, deadline);
+    pauseMs = Math.min(2000, pauseMs * 2);
+  }
+}
+
+/** Flow step 4: one config write, waited for. */
+export async function writeConfig(
+  client: ProxmoxClient,
+  ref: VmRef,
+  changes: FormFields,
+  deadline: Deadline,
+): Promise<void> {
+  const upid = await client.post<string | null>(`${vmPath(ref)}/config`, changes, {
+    timeoutMs: deadline.capped(CALL_MS),
+  });
+  await waitForTask(client, upid, { deadline });
+}
+
+/** Flow step 5 (F20): absolute size, asynchronous since PVE 8. */
+export async function resizeDisk(
+  client: ProxmoxClient,
+  ref: VmRef,
+  disk: string,
+  gib: number,
+  deadline: Deadline,
+): Promise<void> {
+  const upid = await client.put<string | null>(
+    `${vmPath(ref)}/resize`,
+    { disk, size: `${gib}G` },
+    { timeoutMs: deadline.capped(CALL_MS) },
+  );
+  await waitForTask(client, upid, { deadline });
+}
+
+/** Flow step 6; a start queues behind a lock (F3). "already running" is what we wanted. */
+export async function startVm(
+  client: ProxmoxClient,
+  ref: VmRef,
+  deadline: Deadline,
+): Promise<void> {
+  const upid = await client.post<string>(
+    `${vmPath(ref)}/status/start`,
+    {},
+    { timeoutMs: deadline.capped(CALL_MS) },
+  );
+  try {
+    await waitForTask(client, upid, { deadline });
+  } catch (error) {
+    if (error instanceof EgressProxyError && /already running/i.test(error.detail)) return;
+    throw error;
+  }
+}
+
+/** A stop on a stopped VM just finishes OK. */
+export async function stopVm(client: ProxmoxClient, ref: VmRef, deadline: Deadline): Promise<void> {
+  const upid = await client.post<string>(
+    `${vmPath(ref)}/status/stop`,
+    {},
+    { timeoutMs: deadline.capped(CALL_MS) },
+  );
+  await waitForTask(client, upid, { deadline });
+}
+
+/** Purge from jobs/HA and destroy disks nothing references any more. */
+export async function destroyVm(
+  client: ProxmoxClient,
+  ref: VmRef,
+  deadline: Deadline,
+): Promise<void> {
+  const upid = await client.delete<string>(
+    vmPath(ref),
+    { purge: 1, "destroy-unreferenced-disks": 1 },
+    { timeoutMs: deadline.capped(CALL_MS) },
+  );
+  await waitForTask(client, upid, { deadline });
+}
+
+/** F21 */
+interface AgentInterface {
+  name: string;
+  "hardware-address"?: string;
+  "ip-addresses"?: Array<{
+    "ip-address": string;
+    "ip-address-type": "ipv4" | "ipv6";
+    prefix: number;
+  }>;
+}
+
+/**
+ * The VM's address from the guest agent: the IPv4 on the interface whose MAC
+ * is net0's (not docker0 or a VPN the guest brought up first). Link-local and
+ * unspecified addresses are skipped. Throws the classified agent error (F5).
+ */
+export async function agentAddress(
+  client: ProxmoxClient,
+  ref: VmRef,
+  mac: string,
+  timeoutMs: number,
+): Promise<string | undefined> {
+  const reply = await client.get<{ result?: AgentInterface[] }>(
+    `${vmPath(ref)}/agent/network-get-interfaces`,
+    {},
+    { timeoutMs },
+  );
+  const nic = (reply?.result ?? []).find(
+    (entry) => entry["hardware-address"]?.toLowerCase() === mac.toLowerCase(),
+  );
+  const address = nic?.["ip-addresses"]?.find(
+    (entry) =>
+      entry["ip-address-type"] === "ipv4" &&
+      !entry["ip-address"].startsWith("169.254.") &&
+      entry["ip-address"] !== "0.0.0.0",
+  );
+  return address?.["ip-address"];
+}
+
+/**
+ * Polls the agent until net0's interface has an address. "Agent not running
+ * yet", "VM not running yet" and agent timeouts are waiting, not errors (rule 9);
+ * a missing agent option or a missing privilege is permanent.
+ */
+export async function waitForAgentAddress(
+  client: ProxmoxClient,
+  ref: VmRef,
+  mac: string,
+  deadline: Deadline,
+): Promise<string> {
+  let pauseMs = 250;
+  let lastProblem: unknown;
+  for (;;) {
+    try {
+      const address = await agentAddress(client, ref, mac, deadline.capped(15_000));
+      if (address !== undefined) return address;
+      lastProblem = new Error(
+        `the guest reports no IPv4 address on the interface with MAC ${mac} yet`,
+      );
+    } catch (error) {
+      if (isNotFound(error)) throw error;
+      if (!isTransient(error)) throw error;
+      lastProblem = error;
+    }
+    if (deadline.expired())
+      throw deadline.timeoutError(
+        `waiting for VM ${ref.vmid}'s address from the guest agent`,
+        lastProblem,
+      );
+    await sleepWithin(pauseMs, deadline);
+    pauseMs = Math.min(2000, Math.round(pauseMs * 1.5));
+  }
+}
+
+export function notOurs(detail: string, ref: VmRef): PermanentError {
+  return new PermanentError(detail, { resource: `VM ${ref.vmid} on node ${ref.node}` });
+}
+
+export { NotFoundError };
