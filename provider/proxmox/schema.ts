@@ -83,11 +83,9 @@ export const proxmoxProxyInputsSchema = z.strictObject({
     })
     .optional(),
   insecure: z.boolean({ error: "insecure must be true or false" }).optional(),
-  node: z
-    .string({ error: 'node must be the Proxmox node name, e.g. "pve"' })
-    .regex(NODE_NAME, {
-      error: 'node must be a Proxmox node name (letters, digits, "-"), e.g. "pve"',
-    }),
+  node: z.string({ error: 'node must be the Proxmox node name, e.g. "pve"' }).regex(NODE_NAME, {
+    error: 'node must be a Proxmox node name (letters, digits, "-"), e.g. "pve"',
+  }),
   templateVmid: wholeNumber("templateVmid", 100, 999_999_999, 9000),
   diskStorage: storageId("diskStorage", "local-lvm"),
   seedStorage: storageId("seedStorage", "seeds"),

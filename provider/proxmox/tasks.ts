@@ -69,7 +69,7 @@ export async function waitForTask(
   if (upidText === null || upidText === undefined) return;
   const upid = parseUpid(upidText);
   const statusPath = `/nodes/${segment(upid.node)}/tasks/${segment(upid.text)}/status`;
-  let pollMs = options.pollMs ?? 200;
+  let pollMs = options.pollMs ?? 50;
   const maxPollMs = options.maxPollMs ?? 2000;
   for (;;) {
     options.deadline.check(`task ${upid.type} (${upid.text})`);

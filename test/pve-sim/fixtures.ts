@@ -10,7 +10,7 @@ export function userInputs(
 ): Record<string, unknown> {
   return {
     apiEndpoint: sim.endpoint,
-    apiToken: sim.tokenFor(),
+    apiToken: "apiToken" in overrides ? overrides.apiToken : sim.tokenFor(),
     caCertPem: sim.caCertPem,
     node: sim.node,
     templateVmid: 9000,

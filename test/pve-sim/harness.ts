@@ -35,3 +35,12 @@ export function useSimulator(options: SimulatorOptions | (() => SimulatorOptions
     },
   };
 }
+
+/** A client for a running simulator, trusting its CA. */
+export function clientFor(sim: PveSimulator, token?: string): ProxmoxClient {
+  return new ProxmoxClient({
+    endpoint: sim.endpoint,
+    apiToken: new SecretValue(token ?? sim.tokenFor()),
+    caCertPem: sim.caCertPem,
+  });
+}
