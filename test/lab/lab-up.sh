@@ -66,7 +66,18 @@ ip -n "$NS" link show "$BR" >/dev/null 2>&1 || ip -n "$NS" link add "$BR" type b
 ip -n "$NS" link set "$BR" up
 case "$(ip -n "$NS" addr show dev "$BR")" in *" ${BR_CIDR%/*}/"*) ;; *) ip -n "$NS" addr add "$BR_CIDR" dev "$BR" ;; esac
 
-# ---- 2. virtlogd + libvirtd inside the netns --------------------------------------------------------
+# ---- 2. /dev/kvm permissions -----------------------------------------------------------------------
+# Without udev, a /dev/kvm node may be root-only. libvirt probes QEMU as root (KVM works) but checks the
+# cached probe as the qemu user (KVM unusable), so it throws the cache away and re-probes QEMU for
+# 4-8 s on every define, start and capabilities call. Give the node the ownership udev would.
+if [ -c /dev/kvm ] && getent group kvm >/dev/null && [ "$(stat -c %G:%a /dev/kvm)" != kvm:660 ]; then
+  chgrp kvm /dev/kvm && chmod 660 /dev/kvm && log "/dev/kvm given to group kvm (mode 660), as udev would"
+fi
+
+# ---- 3. virtlogd + libvirtd inside the netns -------------------------------------------------------
+# The tiny pool's tmpfs is mounted first: `ip netns exec` gives libvirtd its own mount namespace, and a
+# mount made after it started would not be visible to it (it would write into the directory underneath).
+mountpoint -q "$LAB/tiny-pool" || mount -t tmpfs -o size=${TINY_MIB}m,mode=0711 egress-lab-tiny "$LAB/tiny-pool"
 # libvirt's NAT network "default" must never start: it would try to reach an uplink.
 rm -f /etc/libvirt/qemu/networks/autostart/default.xml
 if [ -f /run/libvirtd.pid ] && [ -d "/proc/$(cat /run/libvirtd.pid)" ] && ! alive libvirtd libvirtd; then
@@ -87,7 +98,7 @@ if ! alive libvirtd libvirtd; then
   log "libvirtd ready in $(ms_since "$t") ms"
 fi
 
-# ---- 3. storage pools ------------------------------------------------------------------------------
+# ---- 4. storage pools ------------------------------------------------------------------------------
 ensure_pool() { # ensure_pool NAME PATH
   if ! $V pool-info "$1" >/dev/null 2>&1; then
     printf "<pool type='dir'><name>%s</name><target><path>%s</path></target></pool>\n" "$1" "$2" >"$LAB/pool-$1.xml"
@@ -97,10 +108,11 @@ ensure_pool() { # ensure_pool NAME PATH
   $V pool-refresh "$1" >/dev/null
 }
 ensure_pool lab "$LAB/pool"
-mountpoint -q "$LAB/tiny-pool" || mount -t tmpfs -o size=${TINY_MIB}m,mode=0711 egress-lab-tiny "$LAB/tiny-pool"
+grep -q " $LAB/tiny-pool tmpfs " "/proc/$(pid_of libvirtd)/mounts" ||
+  fail "libvirtd does not see the tmpfs at $LAB/tiny-pool (it started before the mount): run lab-down.sh, then lab-up.sh"
 ensure_pool lab-tiny "$LAB/tiny-pool"
 
-# ---- 4. dnsmasq DHCP on br-lab inside the netns -------------------------------------------------------
+# ---- 5. dnsmasq DHCP on br-lab inside the netns -------------------------------------------------------
 if ! alive dnsmasq dnsmasq; then
   nohup ip netns exec "$NS" /usr/sbin/dnsmasq --keep-in-foreground --conf-file=/dev/null --user=root --port=0 \
     --interface="$BR" --bind-interfaces --except-interface=lo --dhcp-range="$DHCP_RANGE" --dhcp-authoritative \
@@ -109,7 +121,7 @@ if ! alive dnsmasq dnsmasq; then
   record dnsmasq $!
 fi
 
-# ---- 5. sshd on 127.0.0.1:$SSH_PORT (root netns) ----------------------------------------------------
+# ---- 6. sshd on 127.0.0.1:$SSH_PORT (root netns) ----------------------------------------------------
 for type in ed25519 ecdsa rsa; do
   [ -f "$LAB/ssh/host_$type" ] || ssh-keygen -q -t "$type" -N '' -f "$LAB/ssh/host_$type" -C "lab-host-$type"
 done
@@ -155,7 +167,7 @@ ssh -p "$SSH_PORT" -i "$LAB/ssh/client_key" -o UserKnownHostsFile="$LAB/ssh/know
   -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=10 root@127.0.0.1 true ||
   fail "ssh to 127.0.0.1:$SSH_PORT failed; see $LAB/logs/sshd.log"
 
-# ---- 6. a description for tests ----------------------------------------------------------------------
+# ---- 7. a description for tests ----------------------------------------------------------------------
 cat >"$LAB/env.json" <<EOF
 {
   "labDir": "$LAB",

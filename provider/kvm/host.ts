@@ -1,0 +1,334 @@
+/**
+ * The libvirt operations KvmProxy needs, as one host sees them: each call
+ * bounded by the operation's deadline, each failure classified in
+ * classify.ts, and the answers that mean "nothing there" turned into
+ * `undefined` so callers read as plain stories.
+ */
+import type { Readable } from "node:stream";
+import type { Deadline } from "../common/deadline";
+import { isNotFound, isTransient, PermanentError } from "../common/errors";
+import type { MarkReading } from "../common/mark";
+import { MARK_XML_NAMESPACE } from "../common/mark";
+import {
+  DomainState,
+  ErrorCode,
+  InterfaceAddressSource,
+  IpAddressType,
+  LibvirtError,
+  MetadataType,
+  Procedures,
+  UndefineFlags,
+  type DomainHandle,
+  type LibvirtConnection,
+  type Procedure,
+  type StoragePoolHandle,
+  type StorageVolHandle,
+  type StorageVolInfo,
+} from "../libvirt-rpc-xdr";
+import type { AddressSource, ReportedInterface } from "./addresses";
+import { classifyLibvirtError } from "./classify";
+import { parseMarkElementXml } from "./domain-xml";
+
+/** Longest any single call may take inside an operation's deadline. */
+const PER_CALL_CAP_MS = 120_000;
+
+export type VmState =
+  "running" | "paused" | "suspended" | "stopped" | "shutting-down" | "crashed" | "unknown";
+
+/** libvirt's states as people read them. Paused and suspended are never "stopped". */
+export function describeState(state: number): VmState {
+  switch (state) {
+    case DomainState.RUNNING:
+    case DomainState.BLOCKED:
+      return "running";
+    case DomainState.PAUSED:
+      return "paused";
+    case DomainState.PMSUSPENDED:
+      return "suspended";
+    case DomainState.SHUTDOWN:
+      return "shutting-down";
+    case DomainState.SHUTOFF:
+      return "stopped";
+    case DomainState.CRASHED:
+      return "crashed";
+    default:
+      return "unknown";
+  }
+}
+
+const SOURCE_NUMBER: Record<AddressSource, number> = {
+  agent: InterfaceAddressSource.AGENT,
+  lease: InterfaceAddressSource.LEASE,
+  arp: InterfaceAddressSource.ARP,
+};
+
+const isLibvirtCode = (error: unknown, ...codes: number[]): boolean =>
+  error instanceof LibvirtError && codes.includes(error.code);
+
+export class LibvirtHost {
+  constructor(
+    private readonly connection: LibvirtConnection,
+    /** How the host appears in messages, e.g. "kvm1.lan". */
+    readonly label: string,
+    private readonly deadline: Deadline,
+  ) {}
+
+  private async rpc<Args, Ret>(
+    procedure: Procedure<Args, Ret>,
+    args: Args,
+    resource: string,
+  ): Promise<Ret> {
+    this.deadline.check(`libvirt ${procedure.name} on ${this.label}`);
+    try {
+      return await this.connection.call(procedure, args, {
+        timeoutMs: this.deadline.capped(PER_CALL_CAP_MS),
+      });
+    } catch (error) {
+      throw this.classify(error, procedure.name, resource);
+    }
+  }
+
+  private classify(error: unknown, operation: string, resource: string) {
+    return classifyLibvirtError(error, { operation, resource: `${resource} on ${this.label}` });
+  }
+
+  /** Runs `call`, mapping NotFound to undefined. */
+  private async orUndefined<T>(call: () => Promise<T>): Promise<T | undefined> {
+    try {
+      return await call();
+    } catch (error) {
+      if (isNotFound(error)) return undefined;
+      throw error;
+    }
+  }
+
+  // ---- storage ------------------------------------------------------------------------------------
+
+  /** The pool, or undefined when the host has no pool of that name. */
+  async findPool(name: string): Promise<StoragePoolHandle | undefined> {
+    try {
+      return await this.connection.call(
+        Procedures.storagePoolLookupByName,
+        { name },
+        { timeoutMs: this.deadline.capped(PER_CALL_CAP_MS) },
+      );
+    } catch (error) {
+      if (isLibvirtCode(error, ErrorCode.NO_STORAGE_POOL)) return undefined;
+      throw this.classify(error, "storagePoolLookupByName", `pool ${name}`);
+    }
+  }
+
+  async pool(name: string): Promise<StoragePoolHandle> {
+    const pool = await this.findPool(name);
+    if (pool === undefined)
+      throw new PermanentError(
+        `storage pool ${JSON.stringify(name)} does not exist on ${this.label}; create it (virsh pool-define-as ${name} dir --target /var/lib/libvirt/images) or set pool`,
+      );
+    return pool;
+  }
+
+  findVolume(pool: StoragePoolHandle, name: string): Promise<StorageVolHandle | undefined> {
+    return this.orUndefined(() =>
+      this.rpc(Procedures.storageVolLookupByName, { pool, name }, `volume ${name}`),
+    );
+  }
+
+  volumeInfo(vol: StorageVolHandle): Promise<StorageVolInfo> {
+    return this.rpc(Procedures.storageVolGetInfo, { vol }, `volume ${vol.name}`);
+  }
+
+  volumePath(vol: StorageVolHandle): Promise<string> {
+    return this.rpc(Procedures.storageVolGetPath, { vol }, `volume ${vol.name}`);
+  }
+
+  createVolume(pool: StoragePoolHandle, name: string, xml: string): Promise<StorageVolHandle> {
+    return this.rpc(Procedures.storageVolCreateXml, { pool, xml, flags: 0 }, `volume ${name}`);
+  }
+
+  /** Deleting what is already gone is fine: delete is idempotent. */
+  async deleteVolume(vol: StorageVolHandle): Promise<void> {
+    await this.orUndefined(() =>
+      this.rpc(Procedures.storageVolDelete, { vol, flags: 0 }, `volume ${vol.name}`),
+    );
+  }
+
+  async deleteVolumeNamed(pool: StoragePoolHandle, name: string): Promise<boolean> {
+    const vol = await this.findVolume(pool, name);
+    if (vol === undefined) return false;
+    await this.deleteVolume(vol);
+    return true;
+  }
+
+  async upload(vol: StorageVolHandle, source: Readable, length?: number): Promise<number> {
+    this.deadline.check(`upload to ${vol.name} on ${this.label}`);
+    try {
+      const { bytes } = await this.connection.upload(
+        { vol, offset: 0, length: length ?? 0 },
+        source,
+        {
+          timeoutMs: this.deadline.remainingMs(),
+        },
+      );
+      return bytes;
+    } catch (error) {
+      throw this.classify(error, "storageVolUpload", `volume ${vol.name}`);
+    }
+  }
+
+  /**
+   * Makes libvirt re-read the pool (after an upload: the qcow2 virtual size).
+   * libvirt refreshes in the background after an upload and refuses a second
+   * refresh meanwhile ("asynchronous jobs running"), so that one is retried.
+   */
+  async refreshPool(pool: StoragePoolHandle): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.rpc(Procedures.storagePoolRefresh, { pool, flags: 0 }, `pool ${pool.name}`);
+        return;
+      } catch (error) {
+        if (!isTransient(error) || this.deadline.remainingMs() < 1000) throw error;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(250 * attempt, 2000)));
+      }
+    }
+  }
+
+  // ---- domains ------------------------------------------------------------------------------------
+
+  findDomain(name: string): Promise<DomainHandle | undefined> {
+    return this.orUndefined(() =>
+      this.rpc(Procedures.domainLookupByName, { name }, `domain ${name}`),
+    );
+  }
+
+  defineDomain(name: string, xml: string): Promise<DomainHandle> {
+    return this.rpc(Procedures.domainDefineXml, { xml }, `domain ${name}`);
+  }
+
+  /** Starting a running domain is fine (a retried create). */
+  async startDomain(dom: DomainHandle): Promise<void> {
+    try {
+      await this.connection.call(
+        Procedures.domainCreate,
+        { dom },
+        { timeoutMs: this.deadline.capped(PER_CALL_CAP_MS) },
+      );
+    } catch (error) {
+      if (
+        isLibvirtCode(error, ErrorCode.OPERATION_INVALID) &&
+        /already (running|active)/i.test((error as Error).message)
+      )
+        return;
+      throw this.classify(error, "domainCreate", `domain ${dom.name}`);
+    }
+  }
+
+  async state(dom: DomainHandle): Promise<{ state: VmState; reason: number }> {
+    const { state, reason } = await this.rpc(
+      Procedures.domainGetState,
+      { dom, flags: 0 },
+      `domain ${dom.name}`,
+    );
+    return { state: describeState(state), reason };
+  }
+
+  domainXml(dom: DomainHandle): Promise<string> {
+    return this.rpc(Procedures.domainGetXmlDesc, { dom, flags: 0 }, `domain ${dom.name}`);
+  }
+
+  /** Our mark on the domain; a domain without the element is "unmarked", not an error. */
+  async mark(dom: DomainHandle): Promise<MarkReading> {
+    try {
+      const xml = await this.connection.call(
+        Procedures.domainGetMetadata,
+        { dom, type: MetadataType.ELEMENT, uri: MARK_XML_NAMESPACE, flags: 0 },
+        { timeoutMs: this.deadline.capped(PER_CALL_CAP_MS) },
+      );
+      return parseMarkElementXml(xml);
+    } catch (error) {
+      if (isLibvirtCode(error, ErrorCode.NO_DOMAIN_METADATA)) return { kind: "unmarked" };
+      throw this.classify(error, "domainGetMetadata", `domain ${dom.name}`);
+    }
+  }
+
+  /** Stops the domain hard. A domain that is not running, or gone, is fine. */
+  async destroyDomain(dom: DomainHandle): Promise<void> {
+    try {
+      await this.connection.call(
+        Procedures.domainDestroy,
+        { dom },
+        { timeoutMs: this.deadline.capped(PER_CALL_CAP_MS) },
+      );
+    } catch (error) {
+      if (isLibvirtCode(error, ErrorCode.OPERATION_INVALID, ErrorCode.NO_DOMAIN)) return;
+      throw this.classify(error, "domainDestroy", `domain ${dom.name}`);
+    }
+  }
+
+  /**
+   * Undefines with every flag that removes what a VM leaves behind (managed
+   * save, snapshot and checkpoint metadata, UEFI NVRAM); an older host that
+   * does not know a flag gets the call again without it.
+   */
+  async undefineDomain(dom: DomainHandle): Promise<void> {
+    const full =
+      UndefineFlags.MANAGED_SAVE |
+      UndefineFlags.SNAPSHOTS_METADATA |
+      UndefineFlags.NVRAM |
+      UndefineFlags.CHECKPOINTS_METADATA;
+    const fallbacks = [
+      full,
+      full & ~UndefineFlags.CHECKPOINTS_METADATA,
+      UndefineFlags.MANAGED_SAVE | UndefineFlags.SNAPSHOTS_METADATA | UndefineFlags.NVRAM,
+    ];
+    let lastError: unknown;
+    for (const flags of fallbacks) {
+      try {
+        await this.connection.call(
+          Procedures.domainUndefineFlags,
+          { dom, flags },
+          { timeoutMs: this.deadline.capped(PER_CALL_CAP_MS) },
+        );
+        return;
+      } catch (error) {
+        if (isLibvirtCode(error, ErrorCode.NO_DOMAIN)) return;
+        lastError = error;
+        if (
+          !isLibvirtCode(
+            error,
+            ErrorCode.INVALID_ARG,
+            ErrorCode.ARGUMENT_UNSUPPORTED,
+            ErrorCode.NO_SUPPORT,
+          )
+        )
+          break;
+      }
+    }
+    throw this.classify(lastError, "domainUndefineFlags", `domain ${dom.name}`);
+  }
+
+  async interfaces(dom: DomainHandle, source: AddressSource): Promise<ReportedInterface[]> {
+    const reported = await this.rpc(
+      Procedures.domainInterfaceAddresses,
+      { dom, source: SOURCE_NUMBER[source], flags: 0 },
+      `domain ${dom.name}`,
+    );
+    return reported.map((iface) => ({
+      name: iface.name,
+      hwaddr: iface.hwaddr,
+      addrs: iface.addrs.map((entry) => ({
+        type: entry.type === IpAddressType.IPV6 ? ("ipv6" as const) : ("ipv4" as const),
+        addr: entry.addr,
+        prefix: entry.prefix,
+      })),
+    }));
+  }
+
+  async listDomains(): Promise<DomainHandle[]> {
+    const { domains } = await this.rpc(
+      Procedures.connectListAllDomains,
+      { needResults: 1, flags: 0 },
+      "domains",
+    );
+    return domains;
+  }
+}

@@ -1,0 +1,141 @@
+import * as pulumi from "@pulumi/pulumi";
+import * as implementation from "./provider";
+
+/**
+ * The provider object Pulumi serializes into state. It captures nothing but
+ * the implementation module (emitted as a `require` of this package), so no
+ * credential or live handle ends up in the closure.
+ */
+const kvmProvider: pulumi.dynamic.ResourceProvider = {
+  check: (olds, news) => implementation.check(olds, news),
+  diff: (id, olds, news) => implementation.diff(id, olds, news),
+  create: (inputs) => implementation.create(inputs),
+  read: (id, props) => implementation.read(id, props),
+  update: (id, olds, news) => implementation.update(id, olds, news),
+  delete: (id, props) => implementation.remove(id, props),
+};
+
+/** How to reach the hypervisor over SSH, in the shape @pulumi/command uses. */
+export interface KvmConnectionArgs {
+  host: pulumi.Input<string>;
+  /** Default 22. */
+  port?: pulumi.Input<number>;
+  /** Default "root"; the user must be in the host's libvirt group. */
+  user?: pulumi.Input<string>;
+  /** The key's text (stored as a secret). Else SSH_AUTH_SOCK, else ~/.ssh/id_*. */
+  privateKey?: pulumi.Input<string>;
+  passphrase?: pulumi.Input<string>;
+  /** known_hosts content; else ~/.ssh/known_hosts is read. */
+  knownHosts?: pulumi.Input<string>;
+  /** Skip host-key verification. Insecure: anyone on the path can impersonate the host. */
+  insecureIgnoreHostKey?: pulumi.Input<boolean>;
+  agentSocket?: pulumi.Input<string>;
+  dialTimeoutSeconds?: pulumi.Input<number>;
+}
+
+export interface KvmProxyArgs {
+  /** The hypervisor over SSH; without it, the libvirt daemon of the machine running Pulumi. */
+  connection?: pulumi.Input<KvmConnectionArgs>;
+  /** libvirt's socket on the host. Default /var/run/libvirt/libvirt-sock. */
+  socketPath?: pulumi.Input<string>;
+  /** Storage pool for the base image, the overlay and the seed. Default "default". */
+  pool?: pulumi.Input<string>;
+  /** A host bridge ({ bridge: "br0" }: the VM sits on your LAN) or a libvirt network ({ name: "default" }, the default). */
+  network?: pulumi.Input<{ bridge: pulumi.Input<string> } | { name: pulumi.Input<string> }>;
+  /** Fixed VM name (a DNS label); generated from the resource name when unset. */
+  vmName?: pulumi.Input<string>;
+  vcpus?: pulumi.Input<number>;
+  memoryMiB?: pulumi.Input<number>;
+  /** Disk size; never smaller than the image's virtual size. Default 10. */
+  diskGiB?: pulumi.Input<number>;
+  /** Default "uefi" (Secure Boot off); "bios" for images without an EFI partition. */
+  firmware?: pulumi.Input<"uefi" | "bios">;
+  /** Default "kvm"; "qemu" emulates the CPU on hosts without /dev/kvm (slow). */
+  domainType?: pulumi.Input<"kvm" | "qemu">;
+  cpuMode?: pulumi.Input<
+    "host-passthrough" | "host-model" | "maximum" | { model: pulumi.Input<string> }
+  >;
+  /** The cloud image: https URL (http needs sha256), optional sha256, qcow2 (default) or raw. */
+  image: pulumi.Input<{
+    url: pulumi.Input<string>;
+    sha256?: pulumi.Input<string>;
+    format?: pulumi.Input<"qcow2" | "raw">;
+  }>;
+  /** cloud-init user-data, any format, byte for byte; stored as a secret. */
+  userData?: pulumi.Input<string>;
+  /** Binary user-data (e.g. gzip) as base64; stored as a secret. */
+  userDataBase64?: pulumi.Input<string>;
+  /** Extra vendor-data, any format; travels beside the guest-agent script. */
+  vendorData?: pulumi.Input<string>;
+  /** Install qemu-guest-agent with a vendor-data script (default true); the address comes from it. */
+  installGuestAgent?: pulumi.Input<boolean>;
+  /** NoCloud network-config (v1 or v2). */
+  networkConfig?: pulumi.Input<string>;
+  /** When create is done: "port" (default: the proxy port answers), "address" or "none". */
+  readiness?: pulumi.Input<{
+    mode?: pulumi.Input<"port" | "address" | "none">;
+    port?: pulumi.Input<number>;
+    probeUrl?: pulumi.Input<string>;
+  }>;
+  /** Our own timeouts (Pulumi ignores customTimeouts for dynamic resources). */
+  timeouts?: pulumi.Input<{
+    createSeconds?: pulumi.Input<number>;
+    readySeconds?: pulumi.Input<number>;
+    deleteSeconds?: pulumi.Input<number>;
+  }>;
+}
+
+/** Carry credentials or cloud-init, or are derived from them: secret in state. */
+const SECRET_OUTPUTS = ["connection", "userData", "userDataBase64", "vendorData", "seedSha256"];
+
+const secretOrUndefined = <T>(value: pulumi.Input<T> | undefined) =>
+  value === undefined ? undefined : pulumi.secret(value);
+
+/** One egress proxy VM on a libvirt/KVM host, reached over SSH or the local libvirt socket. */
+export class KvmProxy extends pulumi.dynamic.Resource {
+  declare readonly vmName: pulumi.Output<string>;
+  /** The host as it appears in the id: `host`, `host:port`, or `local`. */
+  declare readonly host: pulumi.Output<string>;
+  declare readonly ip: pulumi.Output<string | null>;
+  declare readonly mac: pulumi.Output<string>;
+  /** running | paused | suspended | stopped | shutting-down | crashed | unknown */
+  declare readonly state: pulumi.Output<string>;
+  /** http://ip:port of the proxy once its address is known. */
+  declare readonly endpoint: pulumi.Output<string | null>;
+  /** The cached base image volume the VM's overlay backs onto. */
+  declare readonly imageVolume: pulumi.Output<string>;
+  declare readonly seedSha256: pulumi.Output<string>;
+  declare readonly createdAt: pulumi.Output<string>;
+  declare readonly libvirtUuid: pulumi.Output<string>;
+
+  constructor(name: string, args: KvmProxyArgs, opts: pulumi.CustomResourceOptions = {}) {
+    super(
+      kvmProvider,
+      name,
+      {
+        ...args,
+        connection: secretOrUndefined(args.connection),
+        userData: secretOrUndefined(args.userData),
+        userDataBase64: secretOrUndefined(args.userDataBase64),
+        vendorData: secretOrUndefined(args.vendorData),
+        owner: { project: pulumi.getProject(), stack: pulumi.getStack(), resource: name },
+        vmName: args.vmName,
+        host: undefined,
+        ip: undefined,
+        mac: undefined,
+        state: undefined,
+        endpoint: undefined,
+        imageVolume: undefined,
+        seedSha256: undefined,
+        createdAt: undefined,
+        libvirtUuid: undefined,
+      },
+      {
+        ...opts,
+        additionalSecretOutputs: [...(opts.additionalSecretOutputs ?? []), ...SECRET_OUTPUTS],
+      },
+      "egress-proxies",
+      "KvmProxy",
+    );
+  }
+}

@@ -1,0 +1,529 @@
+/**
+ * A libvirt connection over any Node Duplex (a unix socket, an SSH channel).
+ * It owns the IO the core leaves out: writing, deadlines, AbortSignals,
+ * keepalive pings, the handshake and closing.
+ *
+ * Guarantees:
+ * - Every call has a deadline (its own or the connection's default), so a
+ *   silent peer cannot wedge a caller.
+ * - Cancelling one call (deadline or signal) only forgets its serial; other
+ *   calls on the same connection go on.
+ * - `close()` never blocks: it asks the daemon politely with a short bound,
+ *   then destroys the transport regardless.
+ * - When the transport dies, every call in flight fails at once with a
+ *   LibvirtTransportError.
+ */
+import type { Duplex, Readable, Writable } from "node:stream";
+import { RpcCore, encodePacket, keepalivePacket, type Packet, type SerialHandler } from "./core";
+import {
+  LibvirtAbortedError,
+  LibvirtError,
+  LibvirtTimeoutError,
+  LibvirtTransportError,
+  ErrorCode,
+} from "./errors";
+import {
+  AuthType,
+  FEATURE_PROGRAM_KEEPALIVE,
+  KeepaliveProcedure,
+  MessageStatus,
+  MessageType,
+  Procedures,
+  type Procedure,
+  type StorageVolHandle,
+} from "./protocol";
+import {
+  DownloadMachine,
+  UploadMachine,
+  decodeLibvirtError,
+  type StreamMachineOptions,
+  type StreamPort,
+} from "./stream";
+import { XdrReader, XdrWriter } from "./xdr";
+
+export interface CallOptions {
+  /** Milliseconds this call may take. Defaults to the connection's `defaultTimeoutMs`. */
+  timeoutMs?: number;
+  /** Absolute deadline (epoch ms). When both are given, the earlier wins. */
+  deadline?: number;
+  /** Aborting it fails this call only. */
+  signal?: AbortSignal;
+}
+
+export interface ConnectionOptions {
+  /** The URI passed to CONNECT_OPEN, e.g. "qemu:///system" (the default). */
+  uri?: string;
+  /** Deadline for calls that do not give one. Default 60 s. */
+  defaultTimeoutMs?: number;
+  /** Deadline for the whole handshake (auth list, keepalive check, open). Default 15 s. */
+  handshakeTimeoutMs?: number;
+  /** Abandons the handshake. */
+  signal?: AbortSignal;
+  /**
+   * libvirt keepalive: ping after `intervalMs` of silence, declare the link dead after
+   * `intervalMs * (count + 1)` without any data. Default 5000 ms × 5, like libvirt's own client.
+   * `false` turns our pings off (we still answer the daemon's).
+   */
+  keepalive?: { intervalMs: number; count: number } | false;
+  /** Bound for the polite CONNECT_CLOSE in `close()`. Default 1000 ms. */
+  closeTimeoutMs?: number;
+  /** Stream tuning (chunk size, abort grace). */
+  stream?: StreamMachineOptions;
+  /** Called once when the connection is finished, whatever the reason: release the transport here. */
+  onClosed?: (error: LibvirtTransportError) => void;
+}
+
+export interface ConnectionInfo {
+  /** Authentication types the daemon offered (AuthType values). */
+  authTypes: number[];
+  /** Whether the daemon supports the keepalive program. */
+  keepalive: boolean;
+}
+
+const DEFAULT_TIMEOUT_MS = 60_000;
+
+/** A plain call waiting for its REPLY. */
+class PendingCall<Ret> implements SerialHandler {
+  constructor(
+    private readonly procedure: Procedure<unknown, Ret>,
+    private readonly settle: (
+      outcome: { ok: true; value: Ret } | { ok: false; error: Error },
+    ) => void,
+  ) {}
+
+  onReply(packet: Packet): void {
+    if (packet.header.status === MessageStatus.OK) {
+      try {
+        const reader = new XdrReader(packet.body);
+        const value = this.procedure.decodeRet(reader);
+        reader.expectEnd(`libvirt ${this.procedure.name} reply`);
+        this.settle({ ok: true, value });
+      } catch (cause) {
+        this.settle({
+          ok: false,
+          error: new LibvirtTransportError(
+            "protocol",
+            `undecodable reply to libvirt ${this.procedure.name}`,
+            {
+              cause,
+            },
+          ),
+        });
+      }
+    } else {
+      this.settle({ ok: false, error: decodeLibvirtError(this.procedure.name, packet.body) });
+    }
+  }
+
+  onStream(): void {
+    // A plain call never has stream packets; ignore rather than kill the link.
+  }
+
+  onConnectionLost(error: LibvirtTransportError): void {
+    this.settle({ ok: false, error });
+  }
+}
+
+export class LibvirtConnection {
+  private readonly core: RpcCore;
+  private readonly defaultTimeoutMs: number;
+  private readonly closeTimeoutMs: number;
+  private keepaliveTimer: NodeJS.Timeout | undefined;
+  private lastReceivedAt = Date.now();
+  private inboundPausedBy = 0;
+  private closed = false;
+  private closing: Promise<void> | undefined;
+  info: ConnectionInfo = { authTypes: [], keepalive: false };
+
+  private readonly onData = (chunk: Buffer): void => {
+    this.lastReceivedAt = Date.now();
+    this.core.receive(chunk);
+    if (this.core.lost) this.shutdown(this.core.lost);
+  };
+  private readonly onTransportError = (error: Error): void => {
+    this.shutdown(
+      new LibvirtTransportError("io", `libvirt transport failed: ${error.message}`, {
+        cause: error,
+      }),
+    );
+  };
+  private readonly onTransportEnd = (): void => {
+    this.shutdown(new LibvirtTransportError("closed", "libvirt connection closed by the peer"));
+  };
+
+  private constructor(
+    private readonly transport: Duplex,
+    private readonly options: ConnectionOptions,
+  ) {
+    this.defaultTimeoutMs = options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.closeTimeoutMs = options.closeTimeoutMs ?? 1000;
+    this.core = new RpcCore((packet) => this.write(packet));
+    transport.on("data", this.onData);
+    transport.on("error", this.onTransportError);
+    transport.on("end", this.onTransportEnd);
+    transport.on("close", this.onTransportEnd);
+  }
+
+  /**
+   * Speaks the handshake libvirt's own remote driver uses — AUTH_LIST, then
+   * (if the daemon supports it) keepalive, then CONNECT_OPEN — and returns a
+   * ready connection. On any failure the transport is destroyed.
+   */
+  static async open(
+    transport: Duplex,
+    options: ConnectionOptions = {},
+  ): Promise<LibvirtConnection> {
+    const connection = new LibvirtConnection(transport, options);
+    const handshakeMs = options.handshakeTimeoutMs ?? 15_000;
+    const deadline = Date.now() + handshakeMs;
+    const callOptions: CallOptions = {
+      deadline,
+      ...(options.signal ? { signal: options.signal } : {}),
+    };
+    try {
+      connection.info.authTypes = await connection.authenticate(callOptions);
+      connection.info.keepalive = await connection
+        .call(
+          Procedures.connectSupportsFeature,
+          { feature: FEATURE_PROGRAM_KEEPALIVE },
+          callOptions,
+        )
+        .catch((error: unknown) => {
+          if (error instanceof LibvirtError) return false;
+          throw error;
+        });
+      await connection.call(
+        Procedures.connectOpen,
+        { name: options.uri ?? "qemu:///system", flags: 0 },
+        callOptions,
+      );
+    } catch (error) {
+      const reason =
+        error instanceof LibvirtTimeoutError
+          ? new LibvirtTransportError(
+              "handshake",
+              `libvirt handshake did not finish within ${handshakeMs} ms`,
+              {
+                cause: error,
+              },
+            )
+          : error;
+      connection.destroy(
+        reason instanceof LibvirtTransportError
+          ? reason
+          : new LibvirtTransportError("handshake", "libvirt handshake failed", { cause: reason }),
+      );
+      throw reason;
+    }
+    if (connection.info.keepalive && options.keepalive !== false) {
+      connection.startKeepalive(options.keepalive ?? { intervalMs: 5000, count: 5 });
+    }
+    return connection;
+  }
+
+  private async authenticate(options: CallOptions): Promise<number[]> {
+    let types: number[];
+    try {
+      types = await this.call(Procedures.authList, undefined, options);
+    } catch (error) {
+      // A daemon too old to know AUTH_LIST needs no authentication step.
+      if (error instanceof LibvirtError && error.code === ErrorCode.NO_SUPPORT) return [];
+      throw error;
+    }
+    if (types.length === 0 || types.includes(AuthType.NONE)) return types;
+    if (types.includes(AuthType.POLKIT)) {
+      await this.call(Procedures.authPolkit, undefined, options);
+      return types;
+    }
+    throw new LibvirtError("authList", {
+      code: ErrorCode.AUTH_UNAVAILABLE,
+      domain: 0,
+      message: `the daemon only offers authentication types [${types.join(", ")}]; this client supports none (0) and polkit (2)`,
+      level: 2,
+      dom: null,
+      str1: null,
+      str2: null,
+      str3: null,
+      int1: 0,
+      int2: 0,
+      net: null,
+    });
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** Calls in flight (plain calls and streams). */
+  get inFlight(): number {
+    return this.core.inFlight;
+  }
+
+  get stats(): RpcCore["stats"] {
+    return this.core.stats;
+  }
+
+  /** Makes one call and decodes its reply. Many calls may be in flight at once. */
+  call<Args, Ret>(
+    procedure: Procedure<Args, Ret>,
+    args: Args,
+    options: CallOptions = {},
+  ): Promise<Ret> {
+    if (procedure.stream) {
+      return Promise.reject(
+        new TypeError(`${procedure.name} is a stream: use upload() or download()`),
+      );
+    }
+    let payload: Buffer;
+    try {
+      const writer = new XdrWriter();
+      procedure.encodeArgs(writer, args);
+      payload = writer.finish();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return new Promise<Ret>((resolve, reject) => {
+      const serial = this.core.allocateSerial();
+      let finished = false;
+      const stop = this.armDeadline(procedure.name, options, (error) => {
+        // Forget the serial: a late reply is dropped, the connection and other calls carry on.
+        this.core.release(serial, handler);
+        settle({ ok: false, error });
+      });
+      const settle = (outcome: { ok: true; value: Ret } | { ok: false; error: Error }): void => {
+        if (finished) return;
+        finished = true;
+        stop();
+        this.core.release(serial, handler);
+        if (outcome.ok) resolve(outcome.value);
+        else reject(outcome.error);
+      };
+      const handler = new PendingCall<Ret>(procedure as Procedure<unknown, Ret>, settle);
+      if (finished) return;
+      this.core.register(serial, handler);
+      if (finished) return;
+      this.write(this.callPacket(procedure, serial, payload));
+    });
+  }
+
+  /**
+   * Uploads `source` into a volume (storageVolUpload) and waits for the daemon
+   * to confirm it has everything. The deadline covers the whole transfer.
+   */
+  upload(
+    args: {
+      vol: StorageVolHandle;
+      offset?: number | bigint;
+      length?: number | bigint;
+      flags?: number;
+    },
+    source: Readable,
+    options: CallOptions = {},
+  ): Promise<{ bytes: number }> {
+    const procedure = Procedures.storageVolUpload;
+    let machine: UploadMachine | undefined;
+    return this.runStream(
+      procedure,
+      { vol: args.vol, offset: args.offset ?? 0, length: args.length ?? 0, flags: args.flags ?? 0 },
+      (port) => (machine = new UploadMachine(port, procedure.name, source, this.options.stream)),
+      options,
+    ).then(() => ({ bytes: machine!.bytesSent }));
+  }
+
+  /** Downloads a volume (storageVolDownload) into `sink`, ending it when the daemon confirms. */
+  download(
+    args: {
+      vol: StorageVolHandle;
+      offset?: number | bigint;
+      length?: number | bigint;
+      flags?: number;
+    },
+    sink: Writable,
+    options: CallOptions & { endSink?: boolean } = {},
+  ): Promise<{ bytes: number }> {
+    const procedure = Procedures.storageVolDownload;
+    let machine: DownloadMachine | undefined;
+    return this.runStream(
+      procedure,
+      { vol: args.vol, offset: args.offset ?? 0, length: args.length ?? 0, flags: args.flags ?? 0 },
+      (port) =>
+        (machine = new DownloadMachine(port, procedure.name, sink, options.endSink ?? true)),
+      options,
+    ).then(() => ({ bytes: machine!.bytesReceived }));
+  }
+
+  private runStream<Args>(
+    procedure: Procedure<Args, void>,
+    args: Args,
+    createMachine: (port: StreamPort) => UploadMachine | DownloadMachine,
+    options: CallOptions,
+  ): Promise<void> {
+    const writer = new XdrWriter();
+    procedure.encodeArgs(writer, args);
+    const serial = this.core.allocateSerial();
+    const port: StreamPort = {
+      send: (status, body) =>
+        this.write(
+          encodePacket(
+            {
+              program: procedure.program,
+              version: procedure.version,
+              procedure: procedure.number,
+              type: MessageType.STREAM,
+              serial,
+              status,
+            },
+            body,
+          ),
+        ),
+      onceDrained: (listener) => {
+        if (this.closed) return () => undefined;
+        this.transport.once("drain", listener);
+        return () => this.transport.off("drain", listener);
+      },
+      pauseInbound: () => this.pauseInbound(),
+      resumeInbound: () => this.resumeInbound(),
+      release: () => this.core.release(serial, machine),
+    };
+    const machine = createMachine(port);
+    const stop = this.armDeadline(procedure.name, options, (error) => machine.cancel(error));
+    machine.done.then(stop, stop);
+    this.core.register(serial, machine);
+    if (machine.phase === "awaiting-reply")
+      this.write(this.callPacket(procedure, serial, writer.finish()));
+    return machine.done;
+  }
+
+  /**
+   * Polite close: CONNECT_CLOSE with a short bound, then the transport is destroyed
+   * regardless. Never waits longer than `closeTimeoutMs`, even on a silent peer.
+   */
+  close(): Promise<void> {
+    if (this.closing) return this.closing;
+    if (this.closed) return Promise.resolve();
+    this.closing = this.call(Procedures.connectClose, undefined, { timeoutMs: this.closeTimeoutMs })
+      .catch(() => undefined)
+      .then(() =>
+        this.destroy(
+          new LibvirtTransportError("closed", "libvirt connection closed by this client"),
+        ),
+      );
+    return this.closing;
+  }
+
+  /** Immediate close: fails everything in flight with `reason` and destroys the transport. */
+  destroy(
+    reason = new LibvirtTransportError("closed", "libvirt connection closed by this client"),
+  ): void {
+    this.shutdown(reason);
+  }
+
+  private shutdown(reason: LibvirtTransportError): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
+    this.core.connectionLost(reason);
+    this.transport.off("data", this.onData);
+    this.transport.off("end", this.onTransportEnd);
+    this.transport.off("close", this.onTransportEnd);
+    // Keep an error listener: a destroyed socket may still report an error we no longer care about.
+    this.transport.off("error", this.onTransportError);
+    this.transport.on("error", () => undefined);
+    this.transport.destroy();
+    this.options.onClosed?.(reason);
+  }
+
+  private write(packet: Buffer): boolean {
+    if (this.closed || this.transport.destroyed) return true;
+    return this.transport.write(packet);
+  }
+
+  private callPacket<Args, Ret>(
+    procedure: Procedure<Args, Ret>,
+    serial: number,
+    payload: Buffer,
+  ): Buffer {
+    return encodePacket(
+      {
+        program: procedure.program,
+        version: procedure.version,
+        procedure: procedure.number,
+        type: MessageType.CALL,
+        serial,
+        status: MessageStatus.OK,
+      },
+      payload,
+    );
+  }
+
+  /** Starts the call's deadline timer and signal listener; returns a function that disarms both. */
+  private armDeadline(
+    procedureName: string,
+    options: CallOptions,
+    onExpired: (error: Error) => void,
+  ): () => void {
+    const now = Date.now();
+    let deadline = now + (options.timeoutMs ?? this.defaultTimeoutMs);
+    if (options.deadline !== undefined && options.timeoutMs === undefined)
+      deadline = options.deadline;
+    else if (options.deadline !== undefined) deadline = Math.min(deadline, options.deadline);
+    const timeoutMs = Math.max(0, deadline - now);
+    const signal = options.signal;
+    let armed = true;
+    const disarm = (): void => {
+      if (!armed) return;
+      armed = false;
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    };
+    const onAbort = (): void => {
+      disarm();
+      onExpired(new LibvirtAbortedError(procedureName, { cause: signal?.reason }));
+    };
+    const onTimeout = (): void => {
+      if (!armed) return;
+      disarm();
+      onExpired(new LibvirtTimeoutError(procedureName, timeoutMs));
+    };
+    const timer = setTimeout(onTimeout, timeoutMs);
+    // A pending call must not keep the process alive on its own.
+    timer.unref();
+    // A deadline already past fails before any reply can be read, not after a timer tick.
+    if (timeoutMs === 0) queueMicrotask(onTimeout);
+    if (signal?.aborted) queueMicrotask(onAbort);
+    else signal?.addEventListener("abort", onAbort, { once: true });
+    return disarm;
+  }
+
+  private startKeepalive({ intervalMs, count }: { intervalMs: number; count: number }): void {
+    this.keepaliveTimer = setInterval(() => {
+      if (this.closed) return;
+      // While a download's sink holds the transport paused, silence is our doing, not the peer's.
+      if (this.inboundPausedBy > 0) {
+        this.lastReceivedAt = Date.now();
+        return;
+      }
+      const silentMs = Date.now() - this.lastReceivedAt;
+      if (silentMs >= intervalMs * (count + 1)) {
+        this.shutdown(
+          new LibvirtTransportError(
+            "keepalive",
+            `libvirt peer silent for ${silentMs} ms; the link is presumed dead`,
+          ),
+        );
+      } else if (silentMs >= intervalMs) {
+        this.write(keepalivePacket(KeepaliveProcedure.PING));
+      }
+    }, intervalMs);
+    this.keepaliveTimer.unref();
+  }
+
+  private pauseInbound(): void {
+    if (this.inboundPausedBy++ === 0) this.transport.pause();
+  }
+
+  private resumeInbound(): void {
+    if (this.inboundPausedBy === 0) return;
+    if (--this.inboundPausedBy === 0 && !this.closed) this.transport.resume();
+  }
+}

@@ -1,0 +1,14 @@
+/**
+ * libvirt-rpc-xdr: the libvirt remote protocol in TypeScript. Self-contained
+ * (imports nothing else from this project) so it could be published alone.
+ *
+ * Layers, bottom up: `xdr` (codec) → `protocol` (numbers and structs) →
+ * `core` (sans-IO framing and routing) → `stream` (upload/download state
+ * machines) → `client` (a connection over any Duplex).
+ */
+export * from "./xdr";
+export * from "./errors";
+export * from "./protocol";
+export * from "./core";
+export * from "./stream";
+export * from "./client";

@@ -1,0 +1,404 @@
+/**
+ * Volume upload and download as explicit state machines.
+ *
+ * A libvirt stream is a call (REPLY OK) followed by STREAM packets that carry
+ * the call's serial. There is no flow-control window: the only backpressure is
+ * the transport's. Every event that can happen (the call's reply, a data or
+ * control packet from the daemon, the local source or sink producing data,
+ * ending or failing, the transport draining, the connection dying, the
+ * caller's deadline or abort) is a method here, and each method looks at the
+ * current phase to decide. Every phase has an exit for every failure, so no
+ * combination can leave a caller waiting forever: that is the bug this shape
+ * exists to avoid.
+ *
+ *   upload:   awaiting-reply → sending → finishing → done
+ *                  │             │          │
+ *                  │             └→ aborting┘ (source failed: tell the daemon, wait briefly)
+ *                  └──────────────── any → failed (daemon error, link lost, deadline, abort)
+ *   download: awaiting-reply → receiving → finishing → done   (any → failed)
+ */
+import type { Readable, Writable } from "node:stream";
+import type { Packet, SerialHandler } from "./core";
+import { LibvirtError, LibvirtStreamEndpointError, LibvirtTransportError } from "./errors";
+import { Limits, MessageStatus, MessageType, readRemoteError } from "./protocol";
+import { XdrReader } from "./xdr";
+
+/** What a stream machine needs from its connection, bound to the stream's serial and procedure. */
+export interface StreamPort {
+  /** Writes a STREAM packet. Returns false when the transport is backed up (wait for `onceDrained`). */
+  send(status: MessageStatus, body?: Buffer): boolean;
+  /** Calls `listener` once when the transport can take more; returns an unsubscribe function. */
+  onceDrained(listener: () => void): () => void;
+  /** Stop reading from the transport (the download's sink is backed up). */
+  pauseInbound(): void;
+  resumeInbound(): void;
+  /** The machine needs no more packets for its serial. */
+  release(): void;
+}
+
+export type UploadPhase =
+  "awaiting-reply" | "sending" | "finishing" | "aborting" | "done" | "failed";
+export type DownloadPhase = "awaiting-reply" | "receiving" | "finishing" | "done" | "failed";
+
+export interface StreamMachineOptions {
+  /** Largest data packet payload; libvirt's own client uses 262120. */
+  chunkBytes?: number;
+  /** After a source failure, how long to wait for the daemon to confirm the abort. */
+  abortGraceMs?: number;
+}
+
+/** Decodes the remote_error of a REPLY/STREAM with status ERROR into a LibvirtError. */
+export function decodeLibvirtError(
+  procedure: string,
+  body: Buffer,
+): LibvirtError | LibvirtTransportError {
+  try {
+    return new LibvirtError(procedure, readRemoteError(new XdrReader(body)));
+  } catch (cause) {
+    return new LibvirtTransportError("protocol", `undecodable error from libvirt ${procedure}`, {
+      cause,
+    });
+  }
+}
+
+abstract class StreamMachine<Phase extends string> implements SerialHandler {
+  abstract phase: Phase;
+  readonly done: Promise<void>;
+  private settle!: { resolve: () => void; reject: (error: Error) => void };
+  /** Cancelled before the call's reply arrived: answer a late OK with an abort so the daemon frees the stream. */
+  protected abortOnLateReply = false;
+
+  constructor(
+    protected readonly port: StreamPort,
+    protected readonly procedure: string,
+  ) {
+    this.done = new Promise<void>((resolve, reject) => {
+      this.settle = { resolve, reject };
+    });
+    // The connection awaits `done`; this keeps an early rejection from being reported as unhandled.
+    this.done.catch(() => undefined);
+  }
+
+  protected abstract get finished(): boolean;
+  protected abstract markFinished(outcome: "done" | "failed"): void;
+  protected abstract cleanup(): void;
+  abstract onReply(packet: Packet): void;
+  abstract onStream(packet: Packet): void;
+  /** The call's deadline passed or its signal fired. */
+  abstract cancel(error: Error): void;
+
+  onConnectionLost(error: LibvirtTransportError): void {
+    this.abortOnLateReply = false;
+    this.fail(error);
+  }
+
+  /** Handles the REPLY that arrives after we already gave up on the call. */
+  protected handleLateReply(packet: Packet): boolean {
+    if (!this.finished) return false;
+    if (this.abortOnLateReply && packet.header.status === MessageStatus.OK)
+      this.port.send(MessageStatus.ERROR);
+    this.abortOnLateReply = false;
+    this.port.release();
+    return true;
+  }
+
+  protected succeed(): void {
+    if (this.finished) return;
+    this.markFinished("done");
+    this.cleanup();
+    this.port.release();
+    this.settle.resolve();
+  }
+
+  protected fail(error: Error): void {
+    if (this.finished) return;
+    this.markFinished("failed");
+    this.cleanup();
+    if (!this.abortOnLateReply) this.port.release();
+    this.settle.reject(error);
+  }
+}
+
+/**
+ * Uploads a Node readable into a stream. The source is read only when the
+ * transport can take more (paused mode + `read()`), so memory stays at about
+ * one chunk plus the transport's buffer, whatever the source's size.
+ */
+export class UploadMachine extends StreamMachine<UploadPhase> {
+  phase: UploadPhase = "awaiting-reply";
+  private readonly chunkBytes: number;
+  private readonly abortGraceMs: number;
+  private stopWaitingForDrain: (() => void) | undefined;
+  private abortGraceTimer: NodeJS.Timeout | undefined;
+  /** Why we are aborting; reported once the daemon confirms (or the grace period ends). */
+  private abortReason: Error | undefined;
+  bytesSent = 0;
+
+  private readonly onReadable = (): void => this.pump();
+  private readonly onEnd = (): void => this.sourceEnded();
+  private readonly onError = (error: unknown): void => this.sourceFailed(error);
+  private readonly onClose = (): void => {
+    if (this.phase === "sending" || this.phase === "awaiting-reply") {
+      this.sourceFailed(new Error("the source closed before its end"));
+    }
+  };
+
+  constructor(
+    port: StreamPort,
+    procedure: string,
+    private readonly source: Readable,
+    options: StreamMachineOptions = {},
+  ) {
+    super(port, procedure);
+    this.chunkBytes = options.chunkBytes ?? Limits.streamChunk;
+    this.abortGraceMs = options.abortGraceMs ?? 5000;
+    // 'readable' puts the source in paused mode: nothing is read until we call read().
+    source.on("readable", this.onReadable);
+    source.on("end", this.onEnd);
+    source.on("error", this.onError);
+    source.on("close", this.onClose);
+  }
+
+  protected get finished(): boolean {
+    return this.phase === "done" || this.phase === "failed";
+  }
+
+  protected markFinished(outcome: "done" | "failed"): void {
+    this.phase = outcome;
+  }
+
+  onReply(packet: Packet): void {
+    if (this.handleLateReply(packet)) return;
+    if (this.phase !== "awaiting-reply") return;
+    if (packet.header.status !== MessageStatus.OK) {
+      this.fail(decodeLibvirtError(this.procedure, packet.body));
+      return;
+    }
+    this.phase = "sending";
+    if (this.source.readableEnded) this.sourceEnded();
+    else this.pump();
+  }
+
+  onStream(packet: Packet): void {
+    if (this.finished) return;
+    const { status, type } = packet.header;
+    if (status === MessageStatus.ERROR) {
+      // The daemon failed (disk full, volume gone...) or confirms our abort: stop sending at once.
+      this.fail(this.abortReason ?? decodeLibvirtError(this.procedure, packet.body));
+    } else if (status === MessageStatus.OK) {
+      if (this.phase === "finishing") this.succeed();
+      else if (this.phase === "aborting") this.fail(this.abortReason!);
+      else
+        this.failAndAbort(
+          new LibvirtTransportError(
+            "protocol",
+            `libvirt ended ${this.procedure} before we finished`,
+          ),
+        );
+    } else if (type === MessageType.STREAM_HOLE || packet.body.length > 0) {
+      this.failAndAbort(
+        new LibvirtTransportError("protocol", `libvirt sent data during ${this.procedure}`),
+      );
+    }
+  }
+
+  cancel(error: Error): void {
+    if (this.finished) return;
+    if (this.phase === "awaiting-reply") {
+      this.abortOnLateReply = true;
+      this.fail(error);
+    } else if (this.phase === "aborting") {
+      this.fail(this.abortReason ?? error);
+    } else {
+      this.failAndAbort(error);
+    }
+  }
+
+  private failAndAbort(error: Error): void {
+    this.port.send(MessageStatus.ERROR);
+    this.fail(error);
+  }
+
+  private pump(): void {
+    while (this.phase === "sending" && this.stopWaitingForDrain === undefined) {
+      const chunk: unknown = this.source.read();
+      if (chunk === null) return;
+      const bytes =
+        typeof chunk === "string" ? Buffer.from(chunk) : Buffer.from(chunk as Uint8Array);
+      let writable = true;
+      for (let offset = 0; offset < bytes.length; offset += this.chunkBytes) {
+        writable = this.port.send(
+          MessageStatus.CONTINUE,
+          bytes.subarray(offset, offset + this.chunkBytes),
+        );
+      }
+      this.bytesSent += bytes.length;
+      if (!writable) {
+        this.stopWaitingForDrain = this.port.onceDrained(() => {
+          this.stopWaitingForDrain = undefined;
+          this.pump();
+        });
+      }
+    }
+  }
+
+  private sourceEnded(): void {
+    if (this.phase !== "sending") return;
+    // The finish packet queues behind the data already written, so it needs no drain.
+    this.phase = "finishing";
+    this.port.send(MessageStatus.OK);
+  }
+
+  private sourceFailed(cause: unknown): void {
+    if (this.finished || this.phase === "aborting" || this.phase === "finishing") return;
+    const error = new LibvirtStreamEndpointError(this.procedure, "source", { cause });
+    if (this.phase === "awaiting-reply") {
+      this.abortOnLateReply = true;
+      this.fail(error);
+      return;
+    }
+    // Tell the daemon to discard the stream and wait (briefly) for it to confirm, so the
+    // volume is no longer being written when the caller goes on to delete or rebuild it.
+    this.phase = "aborting";
+    this.abortReason = error;
+    this.port.send(MessageStatus.ERROR);
+    this.abortGraceTimer = setTimeout(() => this.fail(error), this.abortGraceMs);
+    this.abortGraceTimer.unref();
+  }
+
+  protected cleanup(): void {
+    this.stopWaitingForDrain?.();
+    this.stopWaitingForDrain = undefined;
+    if (this.abortGraceTimer) clearTimeout(this.abortGraceTimer);
+    this.source.off("readable", this.onReadable);
+    this.source.off("end", this.onEnd);
+    this.source.off("error", this.onError);
+    this.source.off("close", this.onClose);
+    if (this.phase === "failed" && !this.source.destroyed) {
+      // A failed upload will never read the rest: release the source (file descriptor, HTTP body).
+      this.source.on("error", () => undefined);
+      this.source.destroy();
+    }
+  }
+}
+
+/**
+ * Downloads a stream into a Node writable. When the sink is backed up we stop
+ * reading the transport (libvirt has no window; this is how its own client
+ * behaves too) and resume on the sink's drain.
+ */
+export class DownloadMachine extends StreamMachine<DownloadPhase> {
+  phase: DownloadPhase = "awaiting-reply";
+  private inboundPaused = false;
+  bytesReceived = 0;
+
+  private readonly onDrain = (): void => this.resume();
+  private readonly onSinkError = (error: unknown): void => {
+    if (this.finished) return;
+    this.failAndAbort(new LibvirtStreamEndpointError(this.procedure, "sink", { cause: error }));
+  };
+
+  constructor(
+    port: StreamPort,
+    procedure: string,
+    private readonly sink: Writable,
+    private readonly endSink = true,
+  ) {
+    super(port, procedure);
+    sink.on("drain", this.onDrain);
+    sink.on("error", this.onSinkError);
+  }
+
+  protected get finished(): boolean {
+    return this.phase === "done" || this.phase === "failed";
+  }
+
+  protected markFinished(outcome: "done" | "failed"): void {
+    this.phase = outcome;
+  }
+
+  onReply(packet: Packet): void {
+    if (this.handleLateReply(packet)) return;
+    if (this.phase !== "awaiting-reply") return;
+    if (packet.header.status !== MessageStatus.OK) {
+      this.fail(decodeLibvirtError(this.procedure, packet.body));
+      return;
+    }
+    this.phase = "receiving";
+  }
+
+  onStream(packet: Packet): void {
+    if (this.finished) return;
+    const { status, type } = packet.header;
+    if (status === MessageStatus.ERROR) {
+      this.fail(decodeLibvirtError(this.procedure, packet.body));
+      return;
+    }
+    if (type === MessageType.STREAM_HOLE) {
+      // We never ask for sparse streams, so a hole is a daemon bug we must not turn into zeros silently.
+      this.failAndAbort(
+        new LibvirtTransportError("protocol", `libvirt sent a hole during ${this.procedure}`),
+      );
+      return;
+    }
+    if (status === MessageStatus.CONTINUE) {
+      if (this.phase !== "receiving") return;
+      if (packet.body.length === 0) {
+        // End of data: confirm, then wait for the daemon's own OK.
+        this.phase = "finishing";
+        this.port.send(MessageStatus.OK);
+        return;
+      }
+      this.bytesReceived += packet.body.length;
+      if (!this.sink.write(packet.body) && !this.inboundPaused) {
+        this.inboundPaused = true;
+        this.port.pauseInbound();
+      }
+      return;
+    }
+    if (status === MessageStatus.OK) {
+      if (this.phase === "finishing") this.finishSink();
+      else
+        this.failAndAbort(
+          new LibvirtTransportError("protocol", `libvirt ended ${this.procedure} without EOF`),
+        );
+    }
+  }
+
+  cancel(error: Error): void {
+    if (this.finished) return;
+    if (this.phase === "awaiting-reply") {
+      this.abortOnLateReply = true;
+      this.fail(error);
+    } else {
+      this.failAndAbort(error);
+    }
+  }
+
+  private failAndAbort(error: Error): void {
+    if (this.phase === "receiving" || this.phase === "finishing")
+      this.port.send(MessageStatus.ERROR);
+    this.fail(error);
+  }
+
+  private finishSink(): void {
+    if (!this.endSink) {
+      this.succeed();
+      return;
+    }
+    this.sink.end(() => this.succeed());
+  }
+
+  private resume(): void {
+    if (!this.inboundPaused) return;
+    this.inboundPaused = false;
+    this.port.resumeInbound();
+  }
+
+  protected cleanup(): void {
+    this.sink.off("drain", this.onDrain);
+    this.sink.off("error", this.onSinkError);
+    // Never leave the shared connection paused on behalf of a stream that is over.
+    this.resume();
+  }
+}

@@ -1,0 +1,122 @@
+#!/bin/bash
+# Build the lab's proxy image: a small bootable Debian 12 cloud-like qcow2 (Debian apt repos only),
+# without loop devices, mounts or a bootloader run inside a VM:
+#   mmdebstrap -> directory rootfs -> mkfs.ext4 -d (at a byte offset inside a raw file)
+#   BIOS:  grub i386-pc boot.img + core.img written with dd into the MBR gap
+#   UEFI:  FAT ESP (mkfs.fat --offset + mcopy) with a grub x86_64-efi image as \EFI\BOOT\BOOTX64.EFI
+# Output: ${LAB_DIR:-/tmp/egress-lab}/img/debian-proxy-base.qcow2 (2 GiB virtual, ~500 MiB on disk)
+# Guest contents: linux-image-cloud-amd64, systemd, cloud-init (NoCloud only), qemu-guest-agent,
+# squid, ifupdown + isc-dhcp-client. Root password "lab" (serial console debugging only).
+# The guest has no route out of the lab, so everything a test VM runs must already be in here.
+#
+# NOTE: Debian's *cloud* kernel has no AHCI driver: attach the NoCloud seed cdrom on bus='ide'
+# (i440fx/'pc' machine) or bus='scsi' (virtio-scsi controller, works on q35), NOT bus='sata'.
+#
+# Usage: build-image.sh [--force-rootfs]
+set -euo pipefail
+IMG_DIR=${LAB_DIR:-/tmp/egress-lab}/img
+ROOTFS=$IMG_DIR/rootfs-proxy
+OUT=$IMG_DIR/debian-proxy-base.qcow2
+DISK_SIZE_MIB=2048
+ESP_START=2048            # sectors
+ESP_SECTORS=131072        # 64 MiB
+ROOT_START=$((ESP_START + ESP_SECTORS))
+
+need() { for c in "$@"; do command -v "$c" >/dev/null || { echo "missing $c" >&2; exit 1; }; done; }
+if ! command -v mmdebstrap >/dev/null || ! command -v sfdisk >/dev/null || ! command -v mkfs.fat >/dev/null \
+   || [ ! -d /usr/lib/grub/i386-pc ] || [ ! -d /usr/lib/grub/x86_64-efi ] || ! command -v mcopy >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+    mmdebstrap e2fsprogs fdisk dosfstools mtools grub-pc-bin grub-efi-amd64-bin grub2-common qemu-utils >/dev/null
+fi
+need mmdebstrap sfdisk mkfs.ext4 mkfs.fat mcopy mmd grub-mkimage qemu-img
+
+mkdir -p "$IMG_DIR"
+cd "$IMG_DIR"
+
+# ---------- 1. rootfs (cached; ~2.5 min, ~460 MiB) ----------
+if [ "${1:-}" = "--force-rootfs" ]; then rm -rf "$ROOTFS"; fi
+if [ ! -f "$ROOTFS/.lab-complete" ]; then
+  rm -rf "$ROOTFS"
+  cat > "$IMG_DIR/customize.sh" <<'EOF'
+#!/bin/sh
+set -e
+R="$1"
+echo 'root:lab' | chroot "$R" chpasswd
+printf 'LABEL=labroot / ext4 defaults,discard 0 1\n' > "$R/etc/fstab"
+mkdir -p "$R/etc/cloud/cloud.cfg.d"
+# Only NoCloud (seed ISO, label cidata); C.UTF-8 avoids the locale module error (no 'locales' pkg).
+printf 'datasource_list: [ NoCloud, None ]\nlocale: C.UTF-8\n' > "$R/etc/cloud/cloud.cfg.d/90-lab.cfg"
+printf 'auto lo\niface lo inet loopback\nsource /etc/network/interfaces.d/*\n' > "$R/etc/network/interfaces"
+mkdir -p "$R/etc/network/interfaces.d"
+: > "$R/etc/hostname"
+EOF
+  chmod +x "$IMG_DIR/customize.sh"
+  # Use the host's own apt sources (deb822 file) so no mirror host is hard-coded here.
+  SOURCES=/etc/apt/sources.list.d/debian.sources
+  [ -f "$SOURCES" ] || SOURCES=/etc/apt/sources.list
+  mmdebstrap --variant=minbase \
+    --aptopt='APT::Install-Recommends "false"' \
+    --include=systemd-sysv,udev,kmod,e2fsprogs,linux-image-cloud-amd64,initramfs-tools,cloud-init,qemu-guest-agent,squid,ifupdown,isc-dhcp-client,iproute2,netbase,procps,iputils-ping \
+    --customize-hook="$IMG_DIR/customize.sh \"\$1\"" \
+    bookworm "$ROOTFS" "$SOURCES"
+  touch "$ROOTFS/.lab-complete"
+fi
+# keep the cloud-init tweak current even on a cached rootfs
+printf 'datasource_list: [ NoCloud, None ]\nlocale: C.UTF-8\n' > "$ROOTFS/etc/cloud/cloud.cfg.d/90-lab.cfg"
+rm -f "$ROOTFS/etc/cloud/cloud.cfg.d/90-lab-datasource.cfg"
+
+# ---------- 2. grub files inside the root fs ----------
+mkdir -p "$ROOTFS/boot/grub/i386-pc" "$ROOTFS/boot/grub/x86_64-efi"
+cp /usr/lib/grub/i386-pc/*.mod /usr/lib/grub/i386-pc/*.lst "$ROOTFS/boot/grub/i386-pc/"
+cp /usr/lib/grub/x86_64-efi/*.mod /usr/lib/grub/x86_64-efi/*.lst "$ROOTFS/boot/grub/x86_64-efi/"
+cat > "$ROOTFS/boot/grub/grub.cfg" <<'EOF'
+set timeout=0
+set default=0
+serial --unit=0 --speed=115200
+terminal_input serial console
+terminal_output serial console
+menuentry 'lab' {
+  insmod part_msdos
+  insmod ext2
+  search --no-floppy --label labroot --set=root
+  linux /vmlinuz root=LABEL=labroot ro console=tty0 console=ttyS0,115200
+  initrd /initrd.img
+}
+EOF
+rm -f "$ROOTFS/boot/grub/grub.cfg.old"
+
+# ---------- 3. raw disk: MBR, p1 = ESP (FAT), p2 = root (ext4, bootable) ----------
+rm -f disk.raw
+truncate -s ${DISK_SIZE_MIB}M disk.raw
+printf 'label: dos\nstart=%d, size=%d, type=ef\nstart=%d, type=83, bootable\n' \
+  $ESP_START $ESP_SECTORS $ROOT_START | sfdisk -q disk.raw
+ROOT_BYTES=$(( DISK_SIZE_MIB*1024*1024 - ROOT_START*512 ))
+mkfs.ext4 -q -F -L labroot -O ^metadata_csum_seed,^orphan_file \
+  -E offset=$((ROOT_START*512)) -d "$ROOTFS" disk.raw $((ROOT_BYTES/1024))k
+
+# BIOS: boot.img (first 440 bytes of MBR, keeps the partition table) + core.img right after the MBR.
+mkdir -p grubsetup
+grub-mkimage -O i386-pc -d /usr/lib/grub/i386-pc -o grubsetup/core.img \
+  -p '(hd0,msdos2)/boot/grub' biosdisk part_msdos ext2
+dd if=/usr/lib/grub/i386-pc/boot.img of=disk.raw bs=440 count=1 conv=notrunc status=none
+dd if=grubsetup/core.img of=disk.raw bs=512 seek=1 conv=notrunc status=none
+
+# UEFI: FAT ESP at ESP_START holding \EFI\BOOT\BOOTX64.EFI (grub with an embedded search config).
+cat > grubsetup/efi-early.cfg <<'EOF'
+search --no-floppy --label labroot --set=root
+set prefix=($root)/boot/grub
+configfile ($root)/boot/grub/grub.cfg
+EOF
+grub-mkimage -O x86_64-efi -d /usr/lib/grub/x86_64-efi -o grubsetup/BOOTX64.EFI \
+  -c grubsetup/efi-early.cfg -p /boot/grub \
+  part_msdos part_gpt fat ext2 search search_label configfile normal linux echo serial terminal efi_gop all_video
+mkfs.fat -F 16 -n ESP --offset=$ESP_START disk.raw $((ESP_SECTORS/2)) >/dev/null 2>&1
+mmd -i disk.raw@@$((ESP_START*512)) ::/EFI ::/EFI/BOOT
+mcopy -i disk.raw@@$((ESP_START*512)) grubsetup/BOOTX64.EFI ::/EFI/BOOT/BOOTX64.EFI
+
+# ---------- 4. qcow2 ----------
+rm -f "$OUT.tmp"
+qemu-img convert -f raw -O qcow2 disk.raw "$OUT.tmp"
+mv "$OUT.tmp" "$OUT"
+rm -f disk.raw
+qemu-img info "$OUT" | sed -n '1,4p'

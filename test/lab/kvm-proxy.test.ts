@@ -1,0 +1,233 @@
+/**
+ * KvmProxy against the real lab: libvirtd + qemu (TCG), a Debian image built
+ * from Debian's packages and served over HTTP, the real NoCloud seed, the
+ * guest agent and squid. The provider methods run exactly as the dynamic
+ * provider server calls them.
+ */
+import { strict as assert } from "node:assert";
+import { execFileSync } from "node:child_process";
+import { ProxyAgent, request } from "undici";
+import { errorClassOf } from "../../provider/common/errors";
+import { createMark } from "../../provider/common/mark";
+import { closeAllHosts } from "../../provider/kvm/connect";
+import { buildDomainXml } from "../../provider/kvm/domain-xml";
+import {
+  baseImageMarkerName,
+  baseImageVolumeName,
+  overlayVolumeName,
+  seedVolumeName,
+} from "../../provider/kvm/naming";
+import * as kvm from "../../provider/kvm/provider";
+import { Procedures, type LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
+import { openLocalLibvirt } from "../../provider/ssh/local";
+import { useLab, type LabEnv } from "./fixture";
+import {
+  SQUID_USER_DATA,
+  ensureProxyImage,
+  linkHostToLab,
+  serveImage,
+  serveTarget,
+  type ProxyImage,
+  type RunningServer,
+} from "./kvm-support";
+
+const owner = { project: "egress-lab", stack: "kvm-proxy-test", resource: "proxy" };
+
+describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", function () {
+  this.timeout(600_000);
+  let lab: LabEnv;
+  let image: ProxyImage;
+  let imageServer: RunningServer;
+  let target: RunningServer;
+  let hostAddress: string;
+  let inspector: LibvirtConnection;
+  const progress: string[] = [];
+
+  before(async () => {
+    lab = await useLab();
+    hostAddress = await linkHostToLab(lab);
+    image = await ensureProxyImage(lab);
+    imageServer = await serveImage(image, { chunked: true });
+    target = await serveTarget(hostAddress, "hello through the egress proxy\n");
+    inspector = await openLocalLibvirt({ socketPath: lab.libvirtSocket });
+    kvm.setProgressLog((line) => progress.push(line));
+    await removeBaseImages();
+  });
+
+  after(async () => {
+    await inspector?.close();
+    await closeAllHosts();
+    await imageServer?.close();
+    await target?.close();
+  });
+
+  async function removeBaseImages(): Promise<void> {
+    const pool = await inspector.call(Procedures.storagePoolLookupByName, { name: lab.pool });
+    const base = baseImageVolumeName({
+      url: imageServer.url,
+      sha256: image.sha256,
+      format: "qcow2",
+    });
+    for (const name of [base, baseImageMarkerName(base)]) {
+      const vol = await inspector
+        .call(Procedures.storageVolLookupByName, { pool, name })
+        .catch(() => undefined);
+      if (vol) await inspector.call(Procedures.storageVolDelete, { vol, flags: 0 });
+    }
+  }
+
+  function volumeNames(): string[] {
+    return execFileSync("virsh", ["-q", "-c", "qemu:///system", "vol-list", lab.pool])
+      .toString()
+      .split("\n")
+      .map((line) => line.trim().split(/\s+/)[0])
+      .filter((name): name is string => Boolean(name));
+  }
+
+  async function domainExists(name: string): Promise<boolean> {
+    return inspector.call(Procedures.domainLookupByName, { name }).then(
+      () => true,
+      () => false,
+    );
+  }
+
+  function userInputs(overrides: Record<string, unknown> = {}): Record<string, unknown> {
+    return {
+      owner,
+      pool: lab.pool,
+      network: { bridge: lab.bridge },
+      domainType: "qemu",
+      memoryMiB: 768,
+      image: { url: imageServer.url, sha256: image.sha256 },
+      userData: SQUID_USER_DATA,
+      readiness: { mode: "port", port: 3128 },
+      timeouts: { createSeconds: 480, readySeconds: 420, deleteSeconds: 120 },
+      ...overrides,
+    };
+  }
+
+  async function checked(
+    raw: Record<string, unknown>,
+    olds: Record<string, unknown> = {},
+  ): Promise<Record<string, unknown>> {
+    const { inputs, failures } = await kvm.check(olds, raw);
+    assert.deepEqual(failures, []);
+    return inputs;
+  }
+
+  it("boots a proxy from a real seed, learns its address from the agent, serves HTTP through squid, and deletes cleanly", async () => {
+    const inputs = await checked(userInputs());
+    const vmName = inputs.vmName as string;
+    const { id, outs } = await kvm.create(inputs);
+
+    assert.equal(id, `hosts/local/domains/${vmName}`);
+    assert.equal(outs.state, "running");
+    assert.match(String(outs.ip), /^192\.0\.2\.(1\d\d)$/);
+    assert.equal(outs.endpoint, `http://${outs.ip}:3128`);
+    assert.match(String(outs.libvirtUuid), /^[0-9a-f-]{36}$/);
+    assert.equal(imageServer.requests.filter((r) => r.method === "GET").length, 1, "one download");
+    assert.ok(!imageServer.requests.some((r) => r.method === "HEAD"), "no HEAD request");
+    assert.ok(
+      progress.some((line) => /MiB.*at .* MiB\/s/.test(line)),
+      `download progress was reported: ${progress.join(" | ")}`,
+    );
+
+    // An HTTP request from this host through the VM's squid to a server on the lab bridge.
+    const response = await request(target.url, {
+      dispatcher: new ProxyAgent(String(outs.endpoint)),
+      headersTimeout: 20_000,
+    });
+    assert.equal(response.statusCode, 200);
+    assert.equal(await response.body.text(), "hello through the egress proxy\n");
+
+    const refreshed = await kvm.read(id, outs);
+    assert.equal(refreshed.id, id);
+    assert.equal(refreshed.props!.state, "running");
+    assert.equal(refreshed.props!.ip, outs.ip);
+
+    await kvm.remove(id, outs);
+    assert.equal(await domainExists(vmName), false);
+    const left = volumeNames();
+    assert.ok(
+      !left.includes(overlayVolumeName(vmName)) && !left.includes(seedVolumeName(vmName)),
+      left.join(","),
+    );
+    assert.ok(left.includes(String(outs.imageVolume)), "the base image stays cached");
+    // Deleting again is fine, and read then says the resource is gone.
+    await kvm.remove(id, outs);
+    assert.deepEqual(await kvm.read(id, outs), {});
+  });
+
+  it("converges after a create interrupted at each step: one domain, two per-VM volumes", async () => {
+    const inputs = await checked(
+      userInputs({ readiness: { mode: "none" }, vmName: "resume-test-1" }),
+    );
+    const pool = await inspector.call(Procedures.storagePoolLookupByName, { name: lab.pool });
+    // Interrupted mid seed upload: a truncated seed is left behind and must be rebuilt, not reused.
+    const truncatedSeed = await inspector.call(Procedures.storageVolCreateXml, {
+      pool,
+      xml: `<volume><name>${seedVolumeName("resume-test-1")}</name><capacity unit="bytes">4096</capacity><target><format type="raw"/></target></volume>`,
+      flags: 0,
+    });
+    assert.ok(truncatedSeed);
+    const first = await kvm.create(inputs);
+    const seedInfo = await inspector.call(Procedures.storageVolGetInfo, {
+      vol: await inspector.call(Procedures.storageVolLookupByName, {
+        pool,
+        name: seedVolumeName("resume-test-1"),
+      }),
+    });
+    assert.ok(seedInfo.capacity > 4096n, "the truncated seed was rebuilt");
+    // Interrupted after define, before start: create again finds the domain and starts it.
+    const dom = await inspector.call(Procedures.domainLookupByName, { name: "resume-test-1" });
+    await inspector.call(Procedures.domainDestroy, { dom });
+    const second = await kvm.create(inputs);
+    assert.equal(second.id, first.id);
+    assert.equal(second.outs.state, "running");
+    const state = await inspector.call(Procedures.domainGetState, { dom, flags: 0 });
+    assert.equal(state.state, 1, "running again");
+    const mine = volumeNames().filter((name) => name.startsWith("resume-test-1"));
+    assert.deepEqual(
+      mine.sort(),
+      [overlayVolumeName("resume-test-1"), seedVolumeName("resume-test-1")].sort(),
+    );
+    await kvm.remove(first.id, first.outs);
+    assert.equal(await domainExists("resume-test-1"), false);
+  });
+
+  it("refuses to read or delete a domain it did not make, or one another stack owns", async () => {
+    const inputs = await checked(userInputs({ readiness: { mode: "none" }, vmName: "not-ours-1" }));
+    const foreignMark = createMark({ project: "someone", stack: "else", resource: "x" });
+    const xml = buildDomainXml({
+      name: "not-ours-1",
+      domainType: "qemu",
+      vcpus: 1,
+      memoryMiB: 256,
+      firmware: "bios",
+      cpuMode: { model: "qemu64" },
+      pool: lab.pool,
+      overlayVolume: "nonexistent.qcow2",
+      seedVolume: "nonexistent-seed.iso",
+      network: { bridge: lab.bridge },
+      mac: "52:54:00:99:99:99",
+      mark: foreignMark,
+    });
+    const dom = await inspector.call(Procedures.domainDefineXml, { xml });
+    try {
+      const outs = { ...inputs, host: "local" };
+      await assert.rejects(
+        kvm.read("hosts/local/domains/not-ours-1", outs),
+        (error: Error) =>
+          errorClassOf(error) === "Permanent" && /belongs to someone\/else/.test(error.message),
+      );
+      await assert.rejects(
+        kvm.remove("hosts/local/domains/not-ours-1", outs),
+        /belongs to someone\/else/,
+      );
+      await assert.rejects(kvm.create(inputs), /belongs to someone\/else/);
+      assert.equal(await domainExists("not-ours-1"), true, "the foreign domain is untouched");
+    } finally {
+      await inspector.call(Procedures.domainUndefine, { dom });
+    }
+  });
+});

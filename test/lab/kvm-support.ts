@@ -1,0 +1,124 @@
+/**
+ * What KvmProxy's lab tests share: the proxy image (built once from Debian's
+ * packages by build-image.sh, then cached), an HTTP server that serves it the
+ * way image mirrors do, a target web server on the lab bridge, and inputs
+ * shaped like a user's.
+ */
+import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
+import { createReadStream, existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { resolve } from "node:path";
+import { promisify } from "node:util";
+import { LAB_SCRIPTS_DIR, type LabEnv } from "./fixture";
+
+const run = promisify(execFile);
+
+export interface ProxyImage {
+  path: string;
+  sha256: string;
+  bytes: number;
+}
+
+/** Builds the image when it is missing (~3 min the first time on a fresh machine), else reuses it. */
+export async function ensureProxyImage(lab: LabEnv): Promise<ProxyImage> {
+  const path = `${lab.labDir}/img/debian-proxy-base.qcow2`;
+  if (!existsSync(path)) {
+    try {
+      await run("bash", [resolve(LAB_SCRIPTS_DIR, "build-image.sh")], {
+        timeout: 900_000,
+        env: { ...process.env, LAB_DIR: lab.labDir },
+        maxBuffer: 64 * 1024 * 1024,
+      });
+    } catch (error) {
+      const e = error as { stdout?: string; stderr?: string; message: string };
+      throw new Error(
+        `building the lab proxy image failed: ${e.message}\n${(e.stderr ?? "").slice(-4000)}`,
+      );
+    }
+  }
+  const digestFile = `${path}.sha256`;
+  const bytes = statSync(path).size;
+  if (existsSync(digestFile) && statSync(digestFile).mtimeMs >= statSync(path).mtimeMs)
+    return { path, sha256: readFileSync(digestFile, "utf8").trim(), bytes };
+  const hash = createHash("sha256");
+  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+  const sha256 = hash.digest("hex");
+  writeFileSync(digestFile, sha256);
+  return { path, sha256, bytes };
+}
+
+/** Runs test/lab/host-link.sh: this netns gets 192.0.2.254 on the lab bridge. */
+export async function linkHostToLab(lab: LabEnv): Promise<string> {
+  await run("bash", [resolve(LAB_SCRIPTS_DIR, "host-link.sh")], {
+    env: { ...process.env, LAB_NETNS: lab.netns },
+  });
+  return "192.0.2.254";
+}
+
+export interface RunningServer {
+  url: string;
+  requests: Array<{ method: string; url: string }>;
+  close(): Promise<void>;
+}
+
+async function listen(server: Server, host: string): Promise<string> {
+  await new Promise<void>((done) => server.listen(0, host, done));
+  return `http://${host}:${(server.address() as AddressInfo).port}`;
+}
+
+function closer(server: Server): () => Promise<void> {
+  return () =>
+    new Promise((done) => {
+      server.closeAllConnections();
+      server.close(() => done());
+    });
+}
+
+/** Serves the image on loopback like a mirror: GET only (HEAD refused), with or without Content-Length. */
+export async function serveImage(
+  image: ProxyImage,
+  options: { chunked?: boolean } = {},
+): Promise<RunningServer> {
+  const requests: RunningServer["requests"] = [];
+  const server = createServer((req, res) => {
+    requests.push({ method: req.method ?? "", url: req.url ?? "" });
+    if (req.method !== "GET") return void res.writeHead(405).end();
+    if (req.url !== "/debian-proxy-base.qcow2") return void res.writeHead(404).end();
+    res.writeHead(
+      200,
+      options.chunked
+        ? { "content-type": "application/octet-stream" }
+        : { "content-length": image.bytes },
+    );
+    createReadStream(image.path).pipe(res);
+  });
+  const base = await listen(server, "127.0.0.1");
+  return { url: `${base}/debian-proxy-base.qcow2`, requests, close: closer(server) };
+}
+
+/** A web server on the lab bridge that guests reach through squid. */
+export async function serveTarget(hostAddress: string, body: string): Promise<RunningServer> {
+  const requests: RunningServer["requests"] = [];
+  const server = createServer((req, res) => {
+    requests.push({ method: req.method ?? "", url: req.url ?? "" });
+    res.writeHead(200, { "content-type": "text/plain" }).end(body);
+  });
+  return { url: await listen(server, hostAddress), requests, close: closer(server) };
+}
+
+/** The squid cloud-config a user would write: its own packages and runcmd, a comment, a YAML 1.10. */
+export const SQUID_USER_DATA = `#cloud-config
+# squid for the egress pool (version pinned on purpose: 1.10 must stay 1.10)
+x-egress-config-version: 1.10
+packages: [squid]
+write_files:
+  - path: /etc/squid/conf.d/egress.conf
+    content: |
+      acl egress_clients src 192.0.2.0/24
+      http_access allow egress_clients
+runcmd:
+  - [systemctl, restart, squid]
+  - [touch, /run/egress-user-runcmd-done]
+`;
