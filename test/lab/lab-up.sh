@@ -145,7 +145,7 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
-AllowTcpForwarding no
+AllowTcpForwarding yes
 AllowStreamLocalForwarding yes
 MaxStartups 100:30:200
 MaxSessions 50
