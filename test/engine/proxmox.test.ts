@@ -1,0 +1,207 @@
+import assert from "node:assert/strict";
+import { PveSimulator } from "../pve-sim/simulator";
+import {
+  captureResourceInputs,
+  ConsumerProject,
+  DynamicProviderServer,
+  EngineCallError,
+  packIntoConsumerProject,
+  Props,
+} from "./harness";
+
+const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
+
+/**
+ * ProxmoxProxy driven through the real dynamic-provider gRPC server from
+ * @pulumi/pulumi, installed from the packed package into a consumer project,
+ * against the simulator: Configure → Check → Diff → Create → Read → Update →
+ * Delete, plus a preview with unknowns and no credentials.
+ */
+describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", function () {
+  this.timeout(120_000);
+  let project: ConsumerProject;
+  let sim: PveSimulator;
+  const servers: DynamicProviderServer[] = [];
+
+  before(async () => {
+    project = packIntoConsumerProject();
+    sim = new PveSimulator({ agentDelayMs: 20 });
+    await sim.listen();
+  });
+
+  after(async () => {
+    await Promise.all(servers.map((server) => server.stop()));
+    await sim?.settle();
+    await sim?.close();
+    project?.remove();
+  });
+
+  async function startServer(env: NodeJS.ProcessEnv = process.env): Promise<DynamicProviderServer> {
+    const server = await DynamicProviderServer.start(project, undefined, env);
+    servers.push(server);
+    return server;
+  }
+
+  /** The user's program: the token comes from provider config, not from the resource. */
+  function programArgs(overrides: Props = {}): Props {
+    return {
+      apiEndpoint: sim.endpoint,
+      caCertPem: sim.caCertPem,
+      node: "pve",
+      templateVmid: 9000,
+      diskStorage: "local-lvm",
+      seedStorage: "seeds",
+      tags: ["Edge"],
+      userData: "#cloud-config\nruncmd: [echo hi]\n",
+      readiness: { mode: "address" },
+      timeouts: { createSeconds: 60, readySeconds: 20, deleteSeconds: 60 },
+      ...overrides,
+    };
+  }
+
+  it("serializes a small provider closure that holds no credential", () => {
+    const captured = captureResourceInputs(
+      project,
+      "ProxmoxProxy",
+      "edge-a",
+      programArgs({ apiToken: sim.tokenFor() }),
+    );
+    const serialized = String(captured.inputs.__provider);
+    assert.equal(captured.type, "pulumi-nodejs:dynamic/egress-proxies:ProxmoxProxy");
+    assert.deepEqual(captured.secretInputs.sort(), ["apiToken", "userData"]);
+    assert.match(serialized, /require\("egress-proxies\/dist\/provider\/proxmox\/provider\.js"\)/);
+    assert.doesNotMatch(serialized, new RegExp(sim.tokenFor().split("=")[1]));
+    assert.ok(serialized.length < 20_000, `serialized provider is ${serialized.length} bytes`);
+    console.log(`      serialized ProxmoxProxy provider: ${serialized.length} bytes`);
+  });
+
+  it("previews with unknown values and no credentials anywhere (check and diff offline)", async () => {
+    const env = { ...process.env };
+    delete env.PROXMOX_VE_ENDPOINT;
+    delete env.PROXMOX_VE_API_TOKEN;
+    const server = await startServer(env);
+    await server.configure({});
+    const captured = captureResourceInputs(
+      project,
+      "ProxmoxProxy",
+      "edge-preview",
+      programArgs({ apiEndpoint: undefined }),
+    );
+    const news = { ...captured.inputs, node: UNKNOWN, vlanTag: UNKNOWN };
+    const checked = await server.check(captured.urn, {}, news);
+    assert.deepEqual(checked.failures, []);
+    assert.equal(checked.inputs.node, UNKNOWN);
+    assert.match(String(checked.inputs.vmName), /^edge-preview-[a-z2-7]{10}$/);
+    const diff = await server.diff(
+      captured.urn,
+      "nodes/pve/qemu/20001",
+      { ...checked.inputs, node: "pve" },
+      checked.inputs,
+    );
+    assert.equal(diff.changes, "some");
+    assert.deepEqual(diff.replaces.sort(), ["node", "vlanTag"]);
+  });
+
+  it("reports check failures by property with the fix", async () => {
+    const server = await startServer();
+    await server.configure({});
+    const captured = captureResourceInputs(
+      project,
+      "ProxmoxProxy",
+      "edge-bad",
+      programArgs({ vlanTag: 5000 }),
+    );
+    const checked = await server.check(captured.urn, {}, captured.inputs);
+    assert.deepEqual(checked.failures, [
+      { property: "vlanTag", reason: "vlanTag must be at most 4094" },
+    ]);
+  });
+
+  it("Configure → Check → Diff → Create → Read → Update → Delete against the simulator", async () => {
+    const server = await startServer();
+    await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
+    const captured = captureResourceInputs(project, "ProxmoxProxy", "edge-b", programArgs());
+    const { urn } = captured;
+
+    const checked = await server.check(urn, {}, captured.inputs);
+    assert.deepEqual(checked.failures, []);
+    const inputs = checked.inputs;
+    assert.deepEqual(inputs.tags, ["edge"]);
+
+    const created = await server.create(urn, inputs);
+    assert.match(created.id, /^nodes\/pve\/qemu\/\d+$/);
+    const outputs = created.properties;
+    assert.equal(outputs.state, "running");
+    assert.match(String(outputs.ip), /^192\.168\./);
+    assert.equal(outputs.__provider, inputs.__provider);
+    const vmid = Number(outputs.vmid);
+    assert.equal(sim.vms.get(vmid)?.config.name, inputs.vmName);
+
+    // A second `pulumi up` with the same program: same name, no changes.
+    const again = await server.check(urn, inputs, captured.inputs);
+    assert.equal(again.inputs.vmName, inputs.vmName);
+    assert.deepEqual(await server.diff(urn, created.id, outputs, again.inputs), {
+      changes: "none",
+      replaces: [],
+      deleteBeforeReplace: false,
+    });
+
+    // Refresh: paused is reported as paused.
+    sim.pauseVm(vmid);
+    const read = await server.read(urn, created.id, outputs, inputs);
+    assert.equal(read.id, created.id);
+    assert.equal(read.properties.state, "paused");
+    assert.equal(read.inputs.vmName, inputs.vmName);
+    sim.vms.get(vmid)!.paused = false;
+
+    // Tags change: update in place; cores change: replace.
+    const retagged = await server.check(urn, inputs, {
+      ...captured.inputs,
+      tags: ["edge", "blue"],
+    });
+    const retagDiff = await server.diff(urn, created.id, outputs, retagged.inputs);
+    assert.deepEqual([retagDiff.changes, retagDiff.replaces], ["some", []]);
+    const updated = await server.update(urn, created.id, outputs, retagged.inputs);
+    assert.deepEqual(updated.tags, ["blue", "edge"]);
+    assert.equal(updated.ip, outputs.ip);
+    assert.equal(sim.vms.get(vmid)!.config.tags, "blue;edge;egress-proxies");
+    const resized = await server.check(urn, inputs, { ...captured.inputs, cores: 4 });
+    assert.deepEqual((await server.diff(urn, created.id, updated, resized.inputs)).replaces, [
+      "cores",
+    ]);
+
+    await server.delete(urn, created.id, updated);
+    assert.equal(sim.vms.has(vmid), false);
+    assert.equal(sim.isoFile("seeds", `${inputs.vmName}-seed.iso`), undefined);
+
+    // Refresh after delete: the resource is gone (empty id).
+    const gone = await server.read(urn, created.id, updated, inputs);
+    assert.equal(gone.id, "");
+  });
+
+  it("returns a partially created resource (ErrorResourceInitFailed) when the agent never answers", async () => {
+    const server = await startServer();
+    await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
+    const captured = captureResourceInputs(
+      project,
+      "ProxmoxProxy",
+      "edge-c",
+      programArgs({ timeouts: { createSeconds: 60, readySeconds: 1, deleteSeconds: 60 } }),
+    );
+    const checked = await server.check(captured.urn, {}, captured.inputs);
+    sim.options.agentNeverUp = true;
+    try {
+      await assert.rejects(server.create(captured.urn, checked.inputs), (error: unknown) => {
+        assert.ok(error instanceof EngineCallError);
+        assert.ok(error.initFailure, `expected an init failure, got: ${error.message}`);
+        assert.match(error.initFailure.id, /^nodes\/pve\/qemu\/\d+$/);
+        assert.equal(error.initFailure.properties.state, "running");
+        assert.match(error.message, /timeouts\.readySeconds/);
+        assert.doesNotMatch(error.message, new RegExp(sim.tokenFor().split("=")[1]));
+        return true;
+      });
+    } finally {
+      sim.options.agentNeverUp = false;
+    }
+  });
+});
