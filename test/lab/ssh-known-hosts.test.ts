@@ -1,0 +1,196 @@
+/**
+ * Host-key verification and credentials against the lab's real sshd, which
+ * has ed25519, ecdsa and rsa host keys (ed25519 is its first choice).
+ */
+import assert from "node:assert/strict";
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { classifyLibvirtError } from "../../provider/kvm/classify";
+import { Procedures } from "../../provider/libvirt-rpc-xdr";
+import {
+  SshAuthError,
+  SshConfigError,
+  SshHostKeyError,
+  fingerprintOf,
+  hashKnownHostsName,
+  openLibvirtOverSsh,
+  type SshTarget,
+} from "../../provider/ssh";
+import { SecretValue } from "../../provider/common/redact";
+import { useLab, type LabEnv } from "./fixture";
+import { rejectionOf } from "./helpers";
+import { labSshTarget } from "./ssh-helpers";
+
+const run = promisify(execFile);
+
+describe("ssh host keys and credentials against the lab's sshd", function () {
+  this.timeout(60_000);
+  let lab: LabEnv;
+  let hostKeys: Record<"ed25519" | "ecdsa" | "rsa", string>;
+  let scratch: string;
+
+  before(async function () {
+    this.timeout(180_000);
+    lab = await useLab();
+    const [ed25519, ecdsa, rsa] = lab.hostKeys.map((file) =>
+      readFileSync(file, "utf8").split(" ").slice(0, 2).join(" "),
+    );
+    hostKeys = { ed25519: ed25519!, ecdsa: ecdsa!, rsa: rsa! };
+    scratch = mkdtempSync(join(tmpdir(), "egress-ssh-test-"));
+  });
+  after(() => rmSync(scratch, { recursive: true, force: true }));
+
+  async function connectWith(overrides: Partial<SshTarget>): Promise<string> {
+    const conn = await openLibvirtOverSsh(labSshTarget(lab, overrides), {
+      handshakeTimeoutMs: 10_000,
+    });
+    try {
+      return await conn.call(Procedures.connectGetHostname, undefined);
+    } finally {
+      await conn.close();
+    }
+  }
+
+  const hostName = () => `[${lab.sshHost}]:${lab.sshPort}`;
+
+  it("accepts the host through a hashed known_hosts entry", async () => {
+    const hashed = hashKnownHostsName(hostName(), randomBytes(20));
+    assert.ok((await connectWith({ knownHosts: `${hashed} ${hostKeys.ed25519}\n` })).length > 0);
+  });
+
+  it("accepts the host through a plain [host]:port entry among others", async () => {
+    const knownHosts = [
+      `# lab`,
+      `other.example ${hostKeys.rsa}`,
+      `${hostName()} ${hostKeys.ed25519}`,
+    ].join("\n");
+    assert.ok((await connectWith({ knownHosts })).length > 0);
+  });
+
+  it("offers the pinned key type when it is not the server's first choice (rsa, ecdsa)", async () => {
+    assert.ok((await connectWith({ knownHosts: `${hostName()} ${hostKeys.rsa}\n` })).length > 0);
+    assert.ok((await connectWith({ knownHosts: `${hostName()} ${hostKeys.ecdsa}\n` })).length > 0);
+  });
+
+  it("rejects an entry without the port: the host is unknown on 2222", async () => {
+    const error = await rejectionOf(
+      connectWith({ knownHosts: `${lab.sshHost} ${hostKeys.ed25519}\n` }),
+    );
+    assert.ok(error instanceof SshHostKeyError, error.message);
+    assert.equal(error.problem, "unknown");
+    assert.equal(classifyLibvirtError(error).errorClass, "Permanent");
+  });
+
+  it("rejects a wrong key as a permanent error naming the host and the fingerprint", async () => {
+    const keyFile = join(scratch, "other_host_key");
+    await run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", keyFile]);
+    const wrong = readFileSync(`${keyFile}.pub`, "utf8").split(" ").slice(0, 2).join(" ");
+    const error = await rejectionOf(connectWith({ knownHosts: `${hostName()} ${wrong}\n` }));
+    assert.ok(error instanceof SshHostKeyError, error.message);
+    assert.equal(error.problem, "mismatch");
+    const presented = fingerprintOf(Buffer.from(hostKeys.ed25519.split(" ")[1]!, "base64"));
+    assert.equal(error.fingerprint, presented);
+    assert.match(error.message, /\[127\.0\.0\.1\]:2222/);
+    assert.ok(error.message.includes(presented));
+    assert.equal(classifyLibvirtError(error).errorClass, "Permanent");
+  });
+
+  it("rejects a revoked key even when a plain entry also lists it", async () => {
+    const knownHosts = `${hostName()} ${hostKeys.ed25519}\n@revoked * ${hostKeys.ed25519}\n`;
+    const error = await rejectionOf(connectWith({ knownHosts }));
+    assert.ok(error instanceof SshHostKeyError, error.message);
+    assert.equal(error.problem, "revoked");
+    assert.equal(classifyLibvirtError(error).errorClass, "Permanent");
+  });
+
+  it("connects with no known_hosts at all only through the insecure opt-out", async () => {
+    const refused = await rejectionOf(connectWith({ knownHosts: "" }));
+    assert.ok(refused instanceof SshHostKeyError);
+    assert.ok(
+      (await connectWith({ knownHosts: "", insecureSkipHostKeyVerification: true })).length > 0,
+    );
+  });
+
+  it("uses an encrypted key with its passphrase, and names the problem without the secret when it is wrong", async () => {
+    const passphrase = readFileSync(lab.clientKeyPassphraseFile, "utf8").trim();
+    const privateKey = new SecretValue(readFileSync(lab.clientKeyWithPassphrase, "utf8"));
+    assert.ok(
+      (await connectWith({ privateKey, passphrase: new SecretValue(passphrase) })).length > 0,
+    );
+    const wrong = await rejectionOf(connectWith({ privateKey, passphrase: "not-the-passphrase" }));
+    assert.ok(wrong instanceof SshConfigError, wrong.message);
+    assert.match(wrong.message, /passphrase/);
+    assert.ok(!wrong.message.includes("not-the-passphrase"));
+    const missing = await rejectionOf(connectWith({ privateKey }));
+    assert.ok(missing instanceof SshConfigError);
+    assert.equal(classifyLibvirtError(missing).errorClass, "Permanent");
+  });
+
+  it("falls back to ~/.ssh/id_ed25519, and a key the host does not know is a permanent auth error", async () => {
+    const home = join(scratch, "home");
+    mkdirSync(join(home, ".ssh"), { recursive: true });
+    copyFileSync(lab.clientKey, join(home, ".ssh", "id_ed25519"));
+    const target: Partial<SshTarget> = {
+      privateKey: undefined,
+      agentSocket: "",
+      homeDirectory: home,
+    };
+    assert.ok((await connectWith(target)).length > 0);
+
+    const strangerHome = join(scratch, "stranger");
+    mkdirSync(join(strangerHome, ".ssh"), { recursive: true });
+    await run("ssh-keygen", [
+      "-q",
+      "-t",
+      "ed25519",
+      "-N",
+      "",
+      "-f",
+      join(strangerHome, ".ssh", "id_ed25519"),
+    ]);
+    const error = await rejectionOf(connectWith({ ...target, homeDirectory: strangerHome }));
+    assert.ok(error instanceof SshAuthError, error.message);
+    assert.equal(classifyLibvirtError(error).errorClass, "Permanent");
+  });
+
+  describe("with an ssh-agent", () => {
+    let agent: ChildProcess | undefined;
+    let socket: string;
+    before(async () => {
+      socket = join(scratch, "agent.sock");
+      agent = spawn("ssh-agent", ["-D", "-a", socket], { stdio: "ignore" });
+      for (let i = 0; i < 50; i++) {
+        try {
+          await run("ssh-add", ["-l"], { env: { ...process.env, SSH_AUTH_SOCK: socket } });
+          break;
+        } catch (error) {
+          // exit 1 = agent up but empty; 2 = not reachable yet
+          if ((error as { code?: number }).code === 1) break;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
+      await run("ssh-add", [lab.clientKey], { env: { ...process.env, SSH_AUTH_SOCK: socket } });
+    });
+    after(() => {
+      if (agent?.pid !== undefined && agent.exitCode === null) process.kill(agent.pid, "SIGTERM");
+    });
+
+    it("authenticates through SSH_AUTH_SOCK when no key is configured", async () => {
+      const emptyHome = join(scratch, "empty-home");
+      mkdirSync(emptyHome, { recursive: true });
+      assert.ok(
+        (
+          await connectWith({
+            privateKey: undefined,
+            agentSocket: socket,
+            homeDirectory: emptyHome,
+          })
+        ).length > 0,
+      );
+    });
+  });
+});
