@@ -3,10 +3,12 @@
  * the standard tools in the same run. Select some with
  * `npm run bench -- seed libvirt`.
  */
+import { runProxmoxBenchmarks } from "./pve";
 import { runSeedBenchmarks } from "./seed";
 
 const suites: Record<string, () => Promise<void>> = {
   seed: runSeedBenchmarks,
+  pve: runProxmoxBenchmarks,
 };
 
 async function main(): Promise<void> {

@@ -576,10 +576,7 @@ export class PveSimulator {
     const mine = new Promise<void>((resolve) => (release = resolve));
     const chained = previous.then(() => mine);
     this.storageLocks.set(storageId, chained);
-    const timedOut = await Promise.race([
-      previous.then(() => false),
-      sleep(this.options.storageLockTimeoutMs).then(() => true),
-    ]);
+    const timedOut = await timesOut(previous, this.options.storageLockTimeoutMs);
     if (timedOut) {
       // Give up our place without blocking those behind us.
       void previous.then(release);
@@ -603,10 +600,7 @@ export class PveSimulator {
     const mine = new Promise<void>((resolve) => (release = resolve));
     const chained = previous.then(() => mine);
     this.flocks.set(vmid, chained);
-    const timedOut = await Promise.race([
-      previous.then(() => false),
-      sleep(this.options.flockTimeoutMs).then(() => true),
-    ]);
+    const timedOut = await timesOut(previous, this.options.flockTimeoutMs);
     if (timedOut) {
       void previous.then(release);
       throw new Error(`can't lock file '/var/lock/qemu-server/lock-${vmid}.conf' - got timeout`);
@@ -1126,6 +1120,17 @@ function hex(value: number, width: number): string {
 
 function pick<T>(items: T[]): T {
   return items[Math.floor(Math.random() * items.length)];
+}
+
+/** True when `promise` did not settle within `ms`; the timer never outlives the wait. */
+function timesOut(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(true), ms);
+    void promise.then(() => {
+      clearTimeout(timer);
+      resolve(false);
+    });
+  });
 }
 
 function sleep(ms: number): Promise<void> {
