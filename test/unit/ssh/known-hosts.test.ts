@@ -1,0 +1,118 @@
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import {
+  SshHostKeyError,
+  entryMatchesHost,
+  fingerprintOf,
+  hashKnownHostsName,
+  knownHostsName,
+  parseKnownHosts,
+  pinnedHostKeyAlgorithms,
+  verifyHostKey,
+} from "../../../provider/ssh";
+
+/** A syntactically valid public key blob of a given type (random key bytes). */
+function blob(type: string): Buffer {
+  const name = Buffer.from(type);
+  const header = Buffer.alloc(4);
+  header.writeUInt32BE(name.length);
+  return Buffer.concat([header, name, randomBytes(32)]);
+}
+const line = (hosts: string, key: Buffer, marker = "") =>
+  `${marker ? marker + " " : ""}${hosts} ${key.subarray(4, 4 + key.readUInt32BE(0)).toString()} ${key.toString("base64")}`;
+
+describe("known_hosts", () => {
+  const ed = blob("ssh-ed25519");
+  const rsa = blob("ssh-rsa");
+  const ecdsa = blob("ecdsa-sha2-nistp256");
+
+  it("names hosts as OpenSSH does: bare on port 22, [host]:port otherwise", () => {
+    assert.equal(knownHostsName("h", 22), "h");
+    assert.equal(knownHostsName("h", 2222), "[h]:2222");
+  });
+
+  it("parses markers, comments and several keys per host; skips malformed lines", () => {
+    const entries = parseKnownHosts(
+      [
+        "# comment",
+        "",
+        line("a,b", ed),
+        line("a", rsa),
+        line("*", ecdsa, "@revoked"),
+        line("ca", ed, "@cert-authority"),
+        "broken-line-without-key",
+        `a ssh-ed25519 ${rsa.toString("base64")}`, // type does not match the blob
+        line("x", ed, "@unknown-marker"),
+      ].join("\n"),
+    );
+    assert.deepEqual(
+      entries.map((e) => [e.marker, e.patterns.join(","), e.keyType]),
+      [
+        [undefined, "a,b", "ssh-ed25519"],
+        [undefined, "a", "ssh-rsa"],
+        ["revoked", "*", "ecdsa-sha2-nistp256"],
+        ["cert-authority", "ca", "ssh-ed25519"],
+      ],
+    );
+  });
+
+  it("matches hashed names, wildcards and negations", () => {
+    const hashed = hashKnownHostsName("[10.0.0.1]:2222", randomBytes(20));
+    const [entry] = parseKnownHosts(line(hashed, ed));
+    assert.ok(entryMatchesHost(entry!, "[10.0.0.1]:2222"));
+    assert.ok(!entryMatchesHost(entry!, "10.0.0.1"));
+    const [wild] = parseKnownHosts(line("*.lab.example,!bad.lab.example,[h?]:22", ed));
+    assert.ok(entryMatchesHost(wild!, "kvm1.lab.example"));
+    assert.ok(!entryMatchesHost(wild!, "bad.lab.example"));
+    assert.ok(entryMatchesHost(wild!, "[h1]:22"));
+    assert.ok(!entryMatchesHost(wild!, "lab.example"));
+  });
+
+  it("verifies a pinned key, and tells mismatch, revoked and unknown apart", () => {
+    const entries = parseKnownHosts(
+      [line("[h]:2222", ed), line("[h]:2222", rsa), line("*", ecdsa, "@revoked")].join("\n"),
+    );
+    const ok = verifyHostKey(entries, "h", 2222, rsa);
+    assert.ok(ok.ok);
+    assert.equal(ok.fingerprint, fingerprintOf(rsa));
+    const mismatch = verifyHostKey(entries, "h", 2222, blob("ssh-ed25519"));
+    assert.ok(!mismatch.ok && mismatch.error.problem === "mismatch");
+    assert.match(mismatch.ok ? "" : mismatch.error.message, /\[h\]:2222.*SHA256:/);
+    const revoked = verifyHostKey(entries, "h", 2222, ecdsa);
+    assert.ok(!revoked.ok && revoked.error.problem === "revoked");
+    const unknown = verifyHostKey(entries, "h", 22, ed);
+    assert.ok(
+      !unknown.ok &&
+        unknown.error instanceof SshHostKeyError &&
+        unknown.error.problem === "unknown",
+    );
+  });
+
+  it("a revoked key stays revoked even when a plain line pins it", () => {
+    const entries = parseKnownHosts([line("h", ed), line("h", ed, "@revoked")].join("\n"));
+    const verdict = verifyHostKey(entries, "h", 22, ed);
+    assert.ok(!verdict.ok && verdict.error.problem === "revoked");
+  });
+
+  it("offers exactly the host-key algorithms pinned for the host", () => {
+    const entries = parseKnownHosts(
+      [
+        line("[h]:2222", rsa),
+        line("[h]:2222", ecdsa),
+        line("other", ed),
+        line("[h]:2222", ed, "@revoked"),
+      ].join("\n"),
+    );
+    assert.deepEqual(pinnedHostKeyAlgorithms(entries, "h", 2222), [
+      "rsa-sha2-512",
+      "rsa-sha2-256",
+      "ssh-rsa",
+      "ecdsa-sha2-nistp256",
+    ]);
+    assert.equal(pinnedHostKeyAlgorithms(entries, "nobody", 22), undefined);
+  });
+
+  it("computes OpenSSH's SHA256 fingerprint format", () => {
+    assert.match(fingerprintOf(ed), /^SHA256:[A-Za-z0-9+/]{43}$/);
+  });
+});
