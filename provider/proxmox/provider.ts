@@ -123,7 +123,9 @@ export async function create(inputs: Props): Promise<{ id: string; outs: Proxmox
   const requestsBefore = client.requestCount;
   const vm = await retrying("clone", deadline, () => ensureVm(client, spec, deadline)).catch(
     (error) => {
-      throw withContext(error, { operation: "create", resource: where });
+      throw error instanceof PartialCreateError
+        ? error
+        : withContext(error, { operation: "create", resource: where });
     },
   );
   const id = resourceId(vm.ref);
@@ -203,7 +205,9 @@ async function ensureVm(
         },
         deadline,
       );
-      await waitForTask(client, upid, { deadline });
+      await waitForTask(client, upid, { deadline }).catch((error) =>
+        recordIfCloneExists(client, spec, { ref: choice.ref, mark }, error),
+      );
       return { ref: choice.ref, mark };
     } catch (error) {
       // F4: someone (a parallel create, or our crashed attempt) got there first: look again.
@@ -211,6 +215,28 @@ async function ensureVm(
       throw error;
     }
   }
+}
+
+/**
+ * The clone was accepted but waiting for it failed. A failed clone task is
+ * cleaned up by PVE (retry or give up); one we merely stopped waiting for
+ * (deadline, network) leaves a VM that Pulumi must record, not forget.
+ */
+async function recordIfCloneExists(
+  client: ProxmoxClient,
+  spec: ProxmoxProxyInputs,
+  vm: EnsuredVm,
+  error: unknown,
+): Promise<never> {
+  const existenceCheck = new Deadline(10_000, "the 10 s existence check");
+  const stillThere = await getStatus(client, vm.ref, existenceCheck).then(
+    () => true,
+    () => false,
+  );
+  if (!stillThere) throw error;
+  const where = `VM ${spec.vmName} (VMID ${vm.ref.vmid})`;
+  const cause = withContext(error, { operation: "create", resource: where });
+  throw new PartialCreateError(resourceId(vm.ref), plain(initialOutputs(spec, vm)), cause);
 }
 
 async function chooseVmid(

@@ -51,9 +51,9 @@ export const readinessSchema = z.strictObject({
 });
 
 export const timeoutsSchema = z.strictObject({
-  createSeconds: wholeNumber("timeouts.createSeconds", 10, 86_400, 900).default(900),
+  createSeconds: wholeNumber("timeouts.createSeconds", 1, 86_400, 900).default(900),
   readySeconds: wholeNumber("timeouts.readySeconds", 1, 86_400, 600).default(600),
-  deleteSeconds: wholeNumber("timeouts.deleteSeconds", 10, 86_400, 300).default(300),
+  deleteSeconds: wholeNumber("timeouts.deleteSeconds", 1, 86_400, 300).default(300),
 });
 
 export const ownerSchema = z.strictObject({

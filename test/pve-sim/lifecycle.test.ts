@@ -359,3 +359,21 @@ function listeningServer(): Promise<Server> {
     server.listen(0, "127.0.0.1", () => resolve(server));
   });
 }
+
+describe("ProxmoxProxy create: a clone that outlives the create timeout", () => {
+  const env = useSimulator({ taskMs: { qmclone: 3000 } });
+
+  it("records the VM as partially created instead of forgetting it", async () => {
+    const inputs = await checked(
+      userInputs(env.sim, {
+        vmName: "proxy-slowclone",
+        timeouts: { createSeconds: 10, readySeconds: 10, deleteSeconds: 30 },
+      }),
+    );
+    const slow = { ...inputs, timeouts: { createSeconds: 1, readySeconds: 10, deleteSeconds: 30 } };
+    const error = await rejection(provider.create(slow));
+    assert.ok(error instanceof PartialCreateError, `got ${error}`);
+    assert.match(error.message, /timeouts\.createSeconds/);
+    assert.equal(error.id, `nodes/pve/qemu/${preferredVmid("proxy-slowclone", RANGE)}`);
+  });
+});
