@@ -82,6 +82,20 @@ export class ProxmoxProxy extends pulumi.dynamic.Resource {
   declare readonly seedSha256: pulumi.Output<string>;
   declare readonly createdAt: pulumi.Output<string>;
 
+  /**
+   * Adopts an existing proxy by id (`nodes/<node>/qemu/<vmid>`); read checks
+   * that it carries this stack's ownership mark. Credentials come from config
+   * or the environment (see docs/proxmox.md).
+   */
+  static get(
+    name: string,
+    id: pulumi.Input<pulumi.ID>,
+    args: Partial<ProxmoxProxyArgs> = {},
+    opts: pulumi.CustomResourceOptions = {},
+  ): ProxmoxProxy {
+    return new ProxmoxProxy(name, args as ProxmoxProxyArgs, { ...opts, id });
+  }
+
   constructor(name: string, args: ProxmoxProxyArgs, opts: pulumi.CustomResourceOptions = {}) {
     super(
       proxmoxProvider,
