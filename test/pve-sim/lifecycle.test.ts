@@ -154,6 +154,10 @@ describe("ProxmoxProxy lifecycle against the simulator", () => {
       assert.deepEqual(vmsNamed(env.sim, "proxy-twice"), [first.outs.vmid]);
       const clones = [...env.sim.tasks.values()].filter((task) => task.type === "qmclone");
       assert.equal(clones.length, 1, "the second attempt must adopt, not clone again");
+      const clonePosts = env.sim.requestLog.filter(
+        (line) => line === "POST /api2/json/nodes/pve/qemu/9000/clone",
+      );
+      assert.equal(clonePosts.length, 2, "both attempts must have tried the clone, so one met F4");
     });
 
     it("survives a flaky API (5xx from the proxy) by retrying, with one VM in the end", async () => {
