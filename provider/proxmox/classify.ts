@@ -159,6 +159,14 @@ function isAbort(error: unknown): boolean {
   return name === "AbortError" || name === "TimeoutError";
 }
 
+/**
+ * A task that ran and reported failure (as opposed to our losing sight of it):
+ * Proxmox has already cleaned up after a failed clone.
+ */
+export function isTaskFailure(error: unknown): boolean {
+  return error instanceof EgressProxyError && (error.operation ?? "").startsWith("task UPID:");
+}
+
 /** F4: the clone target VMID is taken (a crash mid-create, a parallel create, or someone else). */
 export function isVmidTaken(error: unknown): boolean {
   return error instanceof EgressProxyError && /config file already exists/i.test(error.detail);

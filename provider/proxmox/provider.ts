@@ -19,7 +19,7 @@ import { PartialCreateError } from "../common/partial-create";
 import { waitForTcpPort } from "../common/readiness";
 import { redactText } from "../common/redact";
 import { FormFields, ProxmoxClient } from "./client";
-import { isVmidTaken } from "./classify";
+import { isTaskFailure, isVmidTaken } from "./classify";
 import { ConnectionInputs, rememberProviderConfig, resolveConnection } from "./connection";
 import { decideDiff, DiffDecision, sameValue } from "./diff";
 import {
@@ -228,6 +228,7 @@ async function recordIfCloneExists(
   vm: EnsuredVm,
   error: unknown,
 ): Promise<never> {
+  if (isTaskFailure(error)) throw error;
   const existenceCheck = new Deadline(10_000, "the 10 s existence check");
   const stillThere = await getStatus(client, vm.ref, existenceCheck).then(
     () => true,

@@ -1,4 +1,4 @@
-import { EgressProxyError, PermanentError } from "../common/errors";
+import { EgressProxyError, isTransient, PermanentError } from "../common/errors";
 import { Deadline, sleepWithin } from "../common/deadline";
 import { ProxmoxClient, segment } from "./client";
 import { classifyTaskFailure } from "./classify";
@@ -71,14 +71,23 @@ export async function waitForTask(
   const statusPath = `/nodes/${segment(upid.node)}/tasks/${segment(upid.text)}/status`;
   let pollMs = options.pollMs ?? 50;
   const maxPollMs = options.maxPollMs ?? 2000;
+  let lastPollProblem: unknown;
   for (;;) {
-    options.deadline.check(`task ${upid.type} (${upid.text})`);
-    const status = await client.get<TaskStatus>(
-      statusPath,
-      {},
-      { timeoutMs: options.deadline.capped(15_000) },
-    );
-    if (status.status === "stopped") {
+    if (options.deadline.expired())
+      throw options.deadline.timeoutError(`task ${upid.type} (${upid.text})`, lastPollProblem);
+    let status: TaskStatus | undefined;
+    try {
+      status = await client.get<TaskStatus>(
+        statusPath,
+        {},
+        { timeoutMs: options.deadline.capped(15_000) },
+      );
+    } catch (error) {
+      // A status poll is a read: a busy or flaky API only delays the answer.
+      if (!isTransient(error)) throw error;
+      lastPollProblem = error;
+    }
+    if (status?.status === "stopped") {
       const exit = status.exitstatus ?? "unknown";
       if (exit === "OK" || /^WARNINGS: \d+$/.test(exit)) return;
       throw classifyTaskFailure(upid.text, exit, await taskLogTail(client, upid, options));
