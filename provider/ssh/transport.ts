@@ -11,6 +11,7 @@
  */
 import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
+import { connect, type Socket } from "node:net";
 import { join } from "node:path";
 import { Client, type ClientChannel, type ConnectConfig } from "ssh2";
 import {
@@ -57,6 +58,8 @@ export interface SshDialOptions {
   keepaliveIntervalMs?: number;
   keepaliveCountMax?: number;
   signal?: AbortSignal;
+  /** Told the local end of the TCP link once SSH is up (for logs, and for tests that find the server side). */
+  onLinkEstablished?: (link: { localAddress: string; localPort: number }) => void;
   /** libvirt connection options (default call deadline, libvirt keepalive, handshake deadline). */
   libvirt?: Omit<ConnectionOptions, "uri" | "signal" | "onClosed">;
 }
@@ -106,6 +109,7 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
 
   return new Promise<Client>((resolve, reject) => {
     const client = new Client();
+    const link: { socket?: Socket } = {};
     let settled = false;
     const finish = (error?: Error): void => {
       if (settled) return;
@@ -116,6 +120,7 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
         client.removeAllListeners("ready");
         client.on("error", () => undefined);
         client.destroy();
+        link.socket?.destroy();
         reject(error);
       } else {
         resolve(client);
@@ -123,13 +128,13 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
     };
     const onAbort = (): void =>
       finish(new SshConnectError(`ssh to ${where} was aborted`, { cause: options.signal?.reason }));
-    // ssh2's readyTimeout covers the handshake; this backstop also covers a DNS lookup that hangs.
+    // Covers TCP connect (and a DNS lookup that hangs) plus the SSH handshake as one deadline.
     const backstop = setTimeout(
       () =>
         finish(
           new SshConnectError(`ssh to ${where} did not complete within ${handshakeTimeoutMs} ms`),
         ),
-      handshakeTimeoutMs + 1000,
+      handshakeTimeoutMs,
     );
     backstop.unref();
     if (options.signal?.aborted) {
@@ -137,7 +142,13 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
       return;
     }
     options.signal?.addEventListener("abort", onAbort, { once: true });
-    client.once("ready", () => finish());
+    client.once("ready", () => {
+      options.onLinkEstablished?.({
+        localAddress: link.socket?.localAddress ?? "",
+        localPort: link.socket?.localPort ?? 0,
+      });
+      finish();
+    });
     client.on("error", (error: Error & { level?: string }) => {
       if (hostKeyError) finish(hostKeyError);
       else if (error.level === "client-authentication") {
@@ -161,7 +172,17 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
     client.once("close", () =>
       finish(new SshConnectError(`ssh to ${where}: the connection closed during login`)),
     );
-    client.connect(config);
+    // We open the TCP connection ourselves so the deadline covers it and we know our end of it.
+    const tcp = connect({ host: target.host, port });
+    link.socket = tcp;
+    tcp.setNoDelay(true);
+    tcp.once("error", (error) =>
+      finish(new SshConnectError(`ssh to ${where} failed: ${error.message}`, { cause: error })),
+    );
+    tcp.once("connect", () => {
+      tcp.removeAllListeners("error");
+      client.connect({ ...config, sock: tcp });
+    });
   });
 }
 

@@ -1,5 +1,5 @@
 /** SSH pieces of the lab tests: dialing the lab's sshd and finding (by PID) the sshd serving us. */
-import { readFileSync, readdirSync } from "node:fs";
+import { readFileSync, readdirSync, readlinkSync } from "node:fs";
 import type { LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
 import { openLibvirtOverSsh, type SshDialOptions, type SshTarget } from "../../provider/ssh";
 import type { LabEnv } from "./fixture";
@@ -28,54 +28,69 @@ export function openLabSsh(
   });
 }
 
-function parentOf(pid: number): number | undefined {
-  try {
-    // /proc/PID/stat: "pid (comm) state ppid ..."; comm may contain spaces, so split after the last ')'.
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-  } catch {
-    return undefined;
+/** Socket inodes of TCP connections from 127.0.0.1:`serverPort` to 127.0.0.1:`clientPort` (server side). */
+function serverSocketInodes(serverPort: number, clientPort: number): Set<string> {
+  const inodes = new Set<string>();
+  const hexPort = (port: number) => port.toString(16).toUpperCase().padStart(4, "0");
+  for (const line of readFileSync("/proc/net/tcp", "utf8").split("\n").slice(1)) {
+    const fields = line.trim().split(/\s+/);
+    if (fields.length < 10) continue;
+    const [, local, remote] = fields;
+    if (local?.endsWith(`:${hexPort(serverPort)}`) && remote?.endsWith(`:${hexPort(clientPort)}`)) {
+      inodes.add(fields[9]!);
+    }
   }
+  return inodes;
 }
 
-/** Every process descended from `root` (children, grandchildren...). */
-export function descendantsOf(root: number): number[] {
-  const all = readdirSync("/proc")
-    .filter((name) => /^\d+$/.test(name))
-    .map(Number);
-  const found: number[] = [];
-  let frontier = [root];
-  while (frontier.length > 0) {
-    const next = all.filter((pid) => frontier.includes(parentOf(pid) ?? -1));
-    found.push(...next);
-    frontier = next;
+/** PIDs of processes holding any of these socket inodes. */
+function holdersOf(inodes: Set<string>): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    let fds: string[];
+    try {
+      fds = readdirSync(`/proc/${entry}/fd`);
+    } catch {
+      continue;
+    }
+    const holds = fds.some((fd) => {
+      try {
+        const target = readlinkSync(`/proc/${entry}/fd/${fd}`);
+        return inodes.has(target.replace(/^socket:\[(\d+)\]$/, "$1"));
+      } catch {
+        return false;
+      }
+    });
+    if (holds) pids.push(Number(entry));
   }
-  return found;
-}
-
-/** The lab's sshd listener PID, from the lab's pid file. */
-export function labSshdPid(lab: LabEnv): number {
-  const line = readFileSync(lab.pidsFile, "utf8")
-    .split("\n")
-    .find((l) => l.startsWith("sshd "));
-  if (!line) throw new Error(`no sshd in ${lab.pidsFile}`);
-  return Number(line.split(" ")[1]);
+  return pids;
 }
 
 /**
- * Dials while watching the sshd listener's process tree: the processes that
- * appear during the dial are the ones serving this connection.
+ * Dials and finds the sshd processes serving exactly this connection: the
+ * ones holding the server side of our TCP link (matched by our local port),
+ * so a test never signals a process serving anyone else.
  */
 export async function openLabSshWithServerPids(
   lab: LabEnv,
   options: SshDialOptions = {},
 ): Promise<{ conn: LibvirtConnection; serverPids: number[] }> {
-  const sshd = labSshdPid(lab);
-  const before = new Set(descendantsOf(sshd));
-  const conn = await openLabSsh(lab, {}, options);
-  const serverPids = descendantsOf(sshd).filter((pid) => !before.has(pid));
+  let localPort = 0;
+  const conn = await openLabSsh(
+    lab,
+    {},
+    { ...options, onLinkEstablished: (link) => (localPort = link.localPort) },
+  );
+  const serverPids = holdersOf(serverSocketInodes(lab.sshPort, localPort)).filter(
+    (pid) => pid !== process.pid,
+  );
   if (serverPids.length === 0)
-    throw new Error("could not find the sshd processes serving this connection");
+    throw new Error(`no sshd process holds the server side of port ${localPort}`);
+  for (const pid of serverPids) {
+    const comm = readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+    if (comm !== "sshd")
+      throw new Error(`process ${pid} holding our SSH link is ${comm}, not sshd`);
+  }
   return { conn, serverPids };
 }
 
