@@ -66,7 +66,10 @@ export const proxmoxProxyInputsSchema = z.strictObject({
   // Where (credentials may also come from provider config or the environment).
   apiEndpoint: z
     .string({ error: 'apiEndpoint must be the API URL, e.g. "https://pve.example:8006"' })
-    .url({ error: 'apiEndpoint must be the API URL, e.g. "https://pve.example:8006"' })
+    .regex(/^https:\/\/[^/@\s]+(:\d+)?(\/api2\/json)?\/?$/i, {
+      error:
+        'apiEndpoint must be an https URL without credentials or path, e.g. "https://pve.example:8006" (the token goes in apiToken)',
+    })
     .optional(),
   apiToken: z
     .string({ error: "apiToken must be a string user@realm!tokenid=secret" })

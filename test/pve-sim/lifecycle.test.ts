@@ -62,6 +62,16 @@ describe("ProxmoxProxy lifecycle against the simulator", () => {
       assert.deepEqual(types, ["qmclone", "imgcopy", "qmconfig", "qmstart"]);
     });
 
+    it("accepts a config write answered with null instead of a UPID", async () => {
+      env.sim.options.configWritesAnswerNull = true;
+      const { outs } = await createdProxy(env.sim, { cores: 3 });
+      assert.equal(env.sim.vms.get(outs.vmid)!.config.cores, "3");
+      assert.equal(
+        [...env.sim.tasks.values()].some((task) => task.type === "qmconfig"),
+        false,
+      );
+    });
+
     it("keeps the clone's MAC when a bridge and VLAN tag rewrite net0 (rule 12)", async () => {
       const { outs } = await createdProxy(env.sim, { bridge: "vmbr1", vlanTag: 20 });
       const net0 = env.sim.vms.get(outs.vmid)!.config.net0;

@@ -65,6 +65,8 @@ export interface SimulatorOptions {
   storageLockTimeoutMs?: number;
   /** Waiting for a per-VM flock longer than this fails with "got timeout". */
   flockTimeoutMs?: number;
+  /** Config writes apply at once and answer `null` instead of a UPID (the flow allows both). */
+  configWritesAnswerNull?: boolean;
   /** Random seed bytes for MACs are drawn from crypto; pid counters start here. */
   firstPid?: number;
 }
@@ -158,6 +160,7 @@ export class PveSimulator {
       storageLockTimeoutMs: options.storageLockTimeoutMs ?? 60_000,
       flockTimeoutMs: options.flockTimeoutMs ?? 10_000,
       firstPid: options.firstPid ?? 0x3000,
+      configWritesAnswerNull: options.configWritesAnswerNull ?? false,
       failTask: options.failTask,
       guestAddress: options.guestAddress,
       taskMs: options.taskMs,
@@ -620,7 +623,7 @@ export class PveSimulator {
   }
 
   /** Flow step 4 (F7, F9, F19). */
-  private writeConfig(caller: Caller, vmid: number, form: Record<string, string>): string {
+  private writeConfig(caller: Caller, vmid: number, form: Record<string, string>): string | null {
     const vm = this.requireVm(vmid);
     const vmPath = `/vms/${vmid}`;
     const changes: Record<string, string> = {};
@@ -661,18 +664,24 @@ export class PveSimulator {
       });
     // F7
     this.checkLock(vm);
+    const apply = (current: SimVm) => {
+      Object.assign(current.config, changes);
+      // F19: attaching ide2 appends it to the boot order.
+      if (changes.ide2 !== undefined && /^order=/.test(current.config.boot ?? "")) {
+        const order = current.config.boot.slice("order=".length).split(";");
+        if (!order.includes("ide2")) current.config.boot = `order=${[...order, "ide2"].join(";")}`;
+      }
+    };
+    if (this.options.configWritesAnswerNull) {
+      apply(vm);
+      return null;
+    }
     return this.startTask(caller, "qmconfig", String(vmid), async () => {
       await this.withFlock(vmid, async () => {
         await sleep(this.taskMs("qmconfig"));
         const current = this.requireVm(vmid);
         this.checkLock(current);
-        Object.assign(current.config, changes);
-        // F19: attaching ide2 appends it to the boot order.
-        if (changes.ide2 !== undefined && /^order=/.test(current.config.boot ?? "")) {
-          const order = current.config.boot.slice("order=".length).split(";");
-          if (!order.includes("ide2"))
-            current.config.boot = `order=${[...order, "ide2"].join(";")}`;
-        }
+        apply(current);
       });
     });
   }

@@ -254,6 +254,8 @@ describe("proxmox check: offline, pure, precise", () => {
       /vmidRange\.last must not be below vmidRange\.first/,
     ],
     ["colour", { colour: "blue" }, /colour is not an input of ProxmoxProxy; remove it/],
+    ["apiEndpoint", { apiEndpoint: "http://pve:8006" }, /apiEndpoint must be an https URL/],
+    ["apiEndpoint", { apiEndpoint: "https://root:pw@pve:8006" }, /without credentials/],
   ];
   for (const [property, extra, reason] of failures)
     it(`names ${property} and the fix when it is wrong`, async () => {
