@@ -3,12 +3,14 @@
  * the standard tools in the same run. Select some with
  * `npm run bench -- seed libvirt`.
  */
+import { runLibvirtBenchmarks } from "./libvirt";
 import { runProxmoxBenchmarks } from "./pve";
 import { runSeedBenchmarks } from "./seed";
 
 const suites: Record<string, () => Promise<void>> = {
   seed: runSeedBenchmarks,
   pve: runProxmoxBenchmarks,
+  libvirt: runLibvirtBenchmarks,
 };
 
 async function main(): Promise<void> {

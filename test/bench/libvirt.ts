@@ -1,0 +1,257 @@
+/**
+ * libvirt client benchmarks against the lab, each beside the standard tool in
+ * the same run:
+ * - upload of a 512 MiB file into the pool through our client over the lab's
+ *   sshd, beside `virsh vol-upload` over qemu+ssh:// to the same sshd, beside
+ *   `ssh … 'cat > /dev/null'` over the same link (the practical ceiling);
+ *   plus the peak RSS of this process while our upload runs;
+ * - reading the metadata element of 500 domains through our client
+ *   (pipelined) beside one virsh process running the same 500 commands.
+ * Ratios are time(ours) / time(theirs) for uploads (lower is better) and
+ * time(virsh) / time(ours) for the sweep (higher is better).
+ */
+import { execFile, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { createReadStream, createWriteStream, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import {
+  ErrorCode,
+  LibvirtError,
+  MetadataType,
+  Procedures,
+  type LibvirtConnection,
+  type StoragePoolHandle,
+} from "../../provider/libvirt-rpc-xdr";
+import { openLibvirtOverSsh } from "../../provider/ssh";
+import { stopWhatThisProcessStarted, useLab, type LabEnv } from "../lab/lab";
+import { median, printBench, timeMsAsync } from "./measure";
+
+const run = promisify(execFile);
+const MIB = 1024 * 1024;
+const UPLOAD_BYTES = 512 * MIB;
+const UPLOAD_ROUNDS = 3;
+const SWEEP_DOMAINS = 500;
+const MARK_URI = "https://egress-proxies.invalid/bench-mark/v1";
+
+function openOurs(lab: LabEnv): Promise<LibvirtConnection> {
+  return openLibvirtOverSsh(
+    {
+      host: lab.sshHost,
+      port: lab.sshPort,
+      username: lab.sshUser,
+      privateKey: readFileSync(lab.clientKey, "utf8"),
+      knownHostsFile: lab.knownHosts,
+      socketPath: lab.libvirtSocket,
+      uri: lab.uri,
+    },
+    { handshakeTimeoutMs: 10_000 },
+  );
+}
+
+function virshSshUri(lab: LabEnv): string {
+  // virsh runs the ssh binary; it verifies the host against the lab's known_hosts through -o options
+  // it does not expose, so host-key checking is left to the libvirt default for this local benchmark.
+  return `qemu+ssh://${lab.sshUser}@${lab.sshHost}:${lab.sshPort}/system?keyfile=${lab.clientKey}&no_verify=1`;
+}
+
+async function writeRandomFile(path: string, bytes: number): Promise<void> {
+  const out = createWriteStream(path);
+  for (let written = 0; written < bytes; written += 4 * MIB) {
+    if (!out.write(randomBytes(Math.min(4 * MIB, bytes - written)))) {
+      await new Promise<void>((resolve) => out.once("drain", () => resolve()));
+    }
+  }
+  await new Promise<void>((resolve, reject) => {
+    out.once("error", reject);
+    out.end(() => resolve());
+  });
+}
+
+async function recreateVolume(
+  conn: LibvirtConnection,
+  pool: StoragePoolHandle,
+  name: string,
+  bytes: number,
+) {
+  try {
+    const old = await conn.call(Procedures.storageVolLookupByName, { pool, name });
+    await conn.call(Procedures.storageVolDelete, { vol: old, flags: 0 });
+  } catch (error) {
+    if (!(error instanceof LibvirtError && error.code === ErrorCode.NO_STORAGE_VOL)) throw error;
+  }
+  const xml = `<volume><name>${name}</name><capacity unit='bytes'>${bytes}</capacity><target><format type='raw'/></target></volume>`;
+  return conn.call(Procedures.storageVolCreateXml, { pool, xml, flags: 0 });
+}
+
+/** Runs a command with stdin from a file; resolves when it exits 0. */
+function runWithStdin(command: string, args: string[], stdinFile: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { stdio: ["pipe", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    createReadStream(stdinFile).pipe(child.stdin);
+    child.on("error", reject);
+    child.on("exit", (code) =>
+      code === 0 ? resolve() : reject(new Error(`${command} exited ${code}: ${stderr}`)),
+    );
+  });
+}
+
+async function benchUpload(lab: LabEnv, file: string): Promise<void> {
+  const conn = await openOurs(lab);
+  const pool = await conn.call(Procedures.storagePoolLookupByName, { name: lab.pool });
+  const volumeName = "egress-bench-upload";
+  const ours: number[] = [];
+  const virsh: number[] = [];
+  const ssh: number[] = [];
+  let peakRss = 0;
+  try {
+    for (let round = 0; round < UPLOAD_ROUNDS; round++) {
+      const vol = await recreateVolume(conn, pool, volumeName, UPLOAD_BYTES);
+      const sampler = setInterval(
+        () => (peakRss = Math.max(peakRss, process.memoryUsage.rss())),
+        10,
+      );
+      ours.push(
+        await timeMsAsync(() =>
+          conn.upload({ vol }, createReadStream(file, { highWaterMark: MIB }), {
+            timeoutMs: 300_000,
+          }),
+        ),
+      );
+      clearInterval(sampler);
+
+      await recreateVolume(conn, pool, volumeName, UPLOAD_BYTES);
+      virsh.push(
+        await timeMsAsync(() =>
+          run(
+            "virsh",
+            ["-q", "-c", virshSshUri(lab), "vol-upload", "--pool", lab.pool, volumeName, file],
+            {
+              timeout: 300_000,
+            },
+          ),
+        ),
+      );
+
+      ssh.push(
+        await timeMsAsync(() =>
+          runWithStdin(
+            "ssh",
+            [
+              "-p",
+              String(lab.sshPort),
+              "-i",
+              lab.clientKey,
+              "-o",
+              `UserKnownHostsFile=${lab.knownHosts}`,
+              "-o",
+              "StrictHostKeyChecking=yes",
+              "-o",
+              "BatchMode=yes",
+              `${lab.sshUser}@${lab.sshHost}`,
+              "cat > /dev/null",
+            ],
+            file,
+          ),
+        ),
+      );
+    }
+    const vol = await conn.call(Procedures.storageVolLookupByName, { pool, name: volumeName });
+    await conn.call(Procedures.storageVolDelete, { vol, flags: 0 });
+  } finally {
+    await conn.close();
+  }
+  const [oursMs, virshMs, sshMs] = [median(ours), median(virsh), median(ssh)];
+  printBench("upload_512mib_ours_ms", oursMs);
+  printBench("upload_512mib_virsh_ms", virshMs);
+  printBench("upload_512mib_ssh_cat_ms", sshMs);
+  printBench("upload_time_ratio_vs_virsh", oursMs / virshMs);
+  printBench("upload_time_ratio_vs_ssh", oursMs / sshMs);
+  printBench("upload_peak_rss_mb", peakRss / MIB);
+}
+
+function domainXml(name: string, index: number): string {
+  return `<domain type='qemu'><name>${name}</name><memory unit='MiB'>32</memory><vcpu>1</vcpu>
+<metadata><b:mark xmlns:b='${MARK_URI}'><b:owner>bench-${index}</b:owner></b:mark></metadata>
+<os><type arch='x86_64' machine='pc'>hvm</type></os><devices><emulator>/usr/bin/qemu-system-x86_64</emulator></devices></domain>`;
+}
+
+async function benchMetadataSweep(lab: LabEnv): Promise<void> {
+  const names = Array.from({ length: SWEEP_DOMAINS }, (_, i) => `egress-bench-sweep-${i}`);
+  const setup = await openOurs(lab);
+  try {
+    await Promise.all(
+      names.map((name, i) => setup.call(Procedures.domainDefineXml, { xml: domainXml(name, i) })),
+    );
+
+    // Ours: connect, then look up and read every domain's element, all pipelined on one link.
+    let read = 0;
+    const oursMs = await timeMsAsync(async () => {
+      const conn = await openOurs(lab);
+      try {
+        const marks = await Promise.all(
+          names.map(async (name) => {
+            const dom = await conn.call(Procedures.domainLookupByName, { name });
+            return conn.call(Procedures.domainGetMetadata, {
+              dom,
+              type: MetadataType.ELEMENT,
+              uri: MARK_URI,
+              flags: 0,
+            });
+          }),
+        );
+        read = marks.filter((mark) => mark.includes("bench-")).length;
+      } finally {
+        await conn.close();
+      }
+    });
+    if (read !== SWEEP_DOMAINS) throw new Error(`read ${read} marks, expected ${SWEEP_DOMAINS}`);
+
+    // virsh: one process, one connection, the same 500 commands one after another.
+    const commands = names.map((name) => `metadata ${name} ${MARK_URI}`).join(" ; ");
+    let virshOutput = "";
+    const virshMs = await timeMsAsync(async () => {
+      const { stdout } = await run("virsh", ["-q", "-c", virshSshUri(lab), commands], {
+        timeout: 300_000,
+        maxBuffer: 64 * MIB,
+      });
+      virshOutput = stdout;
+    });
+    const virshRead = (virshOutput.match(/bench-\d+/g) ?? []).length;
+    if (virshRead !== SWEEP_DOMAINS)
+      throw new Error(`virsh read ${virshRead} marks, expected ${SWEEP_DOMAINS}`);
+
+    printBench("metadata_sweep_500_ours_ms", oursMs);
+    printBench("metadata_sweep_500_virsh_ms", virshMs);
+    printBench("metadata_sweep_speedup_vs_virsh", virshMs / oursMs);
+  } finally {
+    await Promise.all(
+      names.map(async (name) => {
+        try {
+          const dom = await setup.call(Procedures.domainLookupByName, { name });
+          await setup.call(Procedures.domainUndefineFlags, { dom, flags: 0 });
+        } catch (error) {
+          if (!(error instanceof LibvirtError && error.code === ErrorCode.NO_DOMAIN)) throw error;
+        }
+      }),
+    );
+    await setup.close();
+  }
+}
+
+export async function runLibvirtBenchmarks(): Promise<void> {
+  const lab = await useLab();
+  const file = join(tmpdir(), `egress-bench-${process.pid}.bin`);
+  try {
+    await writeRandomFile(file, UPLOAD_BYTES);
+    if (statSync(file).size !== UPLOAD_BYTES) throw new Error(`${file} has the wrong size`);
+    await benchUpload(lab, file);
+    await benchMetadataSweep(lab);
+  } finally {
+    rmSync(file, { force: true });
+    await stopWhatThisProcessStarted();
+  }
+}
