@@ -71,9 +71,6 @@ import { vmidCandidates } from "./vmid";
 
 type Props = Record<string, unknown>;
 
-/** Counts API requests per create (the benchmark reads it). */
-export const apiCallCounter = { lastCreate: 0 };
-
 // ---------------------------------------------------------------- configure
 
 export async function configure(request: {
@@ -120,7 +117,6 @@ export async function create(inputs: Props): Promise<{ id: string; outs: Proxmox
   const client = clientFor(spec);
   const deadline = Deadline.afterSeconds(spec.timeouts.createSeconds, "timeouts.createSeconds");
   const where = `VM ${spec.vmName} on node ${spec.node}`;
-  const requestsBefore = client.requestCount;
   const vm = await retrying("clone", deadline, () => ensureVm(client, spec, deadline)).catch(
     (error) => {
       throw error instanceof PartialCreateError
@@ -144,15 +140,9 @@ export async function create(inputs: Props): Promise<{ id: string; outs: Proxmox
     );
     await retrying("start", deadline, () => ensureRunning(client, vm.ref, deadline));
     outs = { ...outs, state: "running" };
-    if (spec.readiness.mode !== "none") {
-      const readyBy = Deadline.afterSeconds(spec.timeouts.readySeconds, "timeouts.readySeconds");
-      const ip = await waitForAddress(client, vm.ref, outs.mac, readyBy);
-      outs = { ...outs, ip, endpoint: `http://${ip}:${spec.readiness.port}` };
-      if (spec.readiness.mode === "port") await waitForTcpPort(ip, spec.readiness.port, readyBy);
-    }
-    apiCallCounter.lastCreate = client.requestCount - requestsBefore;
-    return { id, outs };
+    return { id, outs: await becomeReady(client, spec, vm.ref, outs) };
   } catch (error) {
+    if (error instanceof PartialCreateError) throw error;
     // The VM exists: let Pulumi record it (marked failed) rather than leak it.
     const cause = withContext(error, {
       operation: "create",
@@ -369,16 +359,34 @@ async function ensureRunning(client: ProxmoxClient, ref: VmRef, deadline: Deadli
   await startVm(client, ref, deadline);
 }
 
-/** Flow step 7: the address from the agent, within timeouts.readySeconds. */
-async function waitForAddress(
+/**
+ * Flow step 7 and readiness, within timeouts.readySeconds: the address from
+ * the agent, then (mode "port") the proxy port. A failure after the address
+ * is known keeps it in the recorded outputs.
+ */
+async function becomeReady(
   client: ProxmoxClient,
+  spec: ProxmoxProxyInputs,
   ref: VmRef,
-  mac: string | null,
-  deadline: Deadline,
-): Promise<string> {
-  if (mac === null)
+  outs: ProxmoxProxyOutputs,
+): Promise<ProxmoxProxyOutputs> {
+  if (spec.readiness.mode === "none") return outs;
+  const deadline = Deadline.afterSeconds(spec.timeouts.readySeconds, "timeouts.readySeconds");
+  if (outs.mac === null)
     throw new PermanentError(`VM ${ref.vmid} has no usable net0 to read its address from`);
-  return waitForAgentAddress(client, ref, mac, deadline);
+  const ip = await waitForAgentAddress(client, ref, outs.mac, deadline);
+  const withAddress = { ...outs, ip, endpoint: `http://${ip}:${spec.readiness.port}` };
+  if (spec.readiness.mode === "address") return withAddress;
+  try {
+    await waitForTcpPort(ip, spec.readiness.port, deadline);
+  } catch (error) {
+    const cause = withContext(error, {
+      operation: "readiness",
+      resource: `VM ${spec.vmName} (VMID ${ref.vmid})`,
+    });
+    throw new PartialCreateError(resourceId(ref), plain(withAddress), cause);
+  }
+  return withAddress;
 }
 
 // ---------------------------------------------------------------- read

@@ -391,3 +391,30 @@ describe("ProxmoxProxy create: a clone that outlives the create timeout", () => 
     assert.equal(error.id, `nodes/pve/qemu/${preferredVmid("proxy-slowclone", RANGE)}`);
   });
 });
+
+describe("ProxmoxProxy create: readiness port never opens", () => {
+  const env = useSimulator({ agentDelayMs: 10, guestAddress: () => "127.0.0.1" });
+
+  it("records the VM with its address, and names timeouts.readySeconds", async () => {
+    const closedPort = await new Promise<number>((resolve) => {
+      const server = createServer();
+      server.listen(0, "127.0.0.1", () => {
+        const port = (server.address() as { port: number }).port;
+        server.close(() => resolve(port));
+      });
+    });
+    const inputs = await checked(
+      userInputs(env.sim, {
+        readiness: { mode: "port", port: closedPort },
+        timeouts: { createSeconds: 30, readySeconds: 1, deleteSeconds: 30 },
+      }),
+    );
+    const error = await rejection(provider.create(inputs));
+    assert.ok(error instanceof PartialCreateError, `got ${error}`);
+    assert.equal((error.properties as { ip: string }).ip, "127.0.0.1");
+    assert.match(
+      error.message,
+      /port \d+ on 127\.0\.0\.1 accepting connections did not finish within 1 s; raise timeouts\.readySeconds/,
+    );
+  });
+});
