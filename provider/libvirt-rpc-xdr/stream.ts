@@ -223,8 +223,12 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
     while (this.phase === "sending" && this.stopWaitingForDrain === undefined) {
       const chunk: unknown = this.source.read();
       if (chunk === null) return;
-      const bytes =
-        typeof chunk === "string" ? Buffer.from(chunk) : Buffer.from(chunk as Uint8Array);
+      // Buffers go out as they are (no copy); strings and other typed arrays are converted.
+      const bytes = Buffer.isBuffer(chunk)
+        ? chunk
+        : typeof chunk === "string"
+          ? Buffer.from(chunk)
+          : Buffer.from(chunk as Uint8Array);
       let writable = true;
       for (let offset = 0; offset < bytes.length; offset += this.chunkBytes) {
         writable = this.port.send(
@@ -290,6 +294,7 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
 export class DownloadMachine extends StreamMachine<DownloadPhase> {
   phase: DownloadPhase = "awaiting-reply";
   private inboundPaused = false;
+  private daemonConfirmed = false;
   bytesReceived = 0;
 
   private readonly onDrain = (): void => this.resume();
@@ -376,17 +381,22 @@ export class DownloadMachine extends StreamMachine<DownloadPhase> {
   }
 
   private failAndAbort(error: Error): void {
-    if (this.phase === "receiving" || this.phase === "finishing")
+    // After the daemon's final OK the stream no longer exists on its side: nothing to abort.
+    if ((this.phase === "receiving" || this.phase === "finishing") && !this.daemonConfirmed) {
       this.port.send(MessageStatus.ERROR);
+    }
     this.fail(error);
   }
 
   private finishSink(): void {
+    this.daemonConfirmed = true;
     if (!this.endSink) {
       this.succeed();
       return;
     }
-    this.sink.end(() => this.succeed());
+    // Success only once the sink has flushed everything; a sink failing while it ends fails the call.
+    this.sink.once("finish", () => this.succeed());
+    this.sink.end();
   }
 
   private resume(): void {

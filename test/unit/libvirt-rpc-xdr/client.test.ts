@@ -408,6 +408,34 @@ describe("libvirt connection over a scripted peer", () => {
       conn.destroy();
     });
 
+    it("fails, without aborting the finished stream, when the sink fails while ending", async () => {
+      const daemon = new FakeDaemon();
+      const conn = await daemon.open();
+      const sink = new Writable({
+        write: (_c, _e, cb) => cb(),
+        final: (cb) => cb(new Error("flush failed")),
+      });
+      const download = conn.download({ vol }, sink);
+      const call = await daemon.nextCall(209);
+      daemon.reply(call);
+      daemon.stream(call, MessageStatus.CONTINUE, Buffer.from("x"));
+      daemon.stream(call, MessageStatus.CONTINUE);
+      await daemon.nextStream(call.header.serial, MessageStatus.OK);
+      daemon.stream(call, MessageStatus.OK);
+      const error = await rejectionOf(download);
+      assert.ok(
+        error instanceof LibvirtStreamEndpointError && error.endpoint === "sink",
+        error.message,
+      );
+      await tick(5);
+      assert.ok(
+        !daemon.received.some(
+          (p) => p.header.type === MessageType.STREAM && p.header.status === MessageStatus.ERROR,
+        ),
+      );
+      conn.destroy();
+    });
+
     it("refuses a hole it never asked for", async () => {
       const daemon = new FakeDaemon();
       const conn = await daemon.open();
