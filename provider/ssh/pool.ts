@@ -15,11 +15,18 @@ export interface ConnectionPoolOptions<Target> {
   dial: (target: Target) => Promise<LibvirtConnection>;
   /** Which targets share a connection. */
   keyOf: (target: Target) => string;
+  /**
+   * Close a connection nobody has used for this long (and with no call in flight), so an idle
+   * provider process holds no SSH session open and can exit. Default 60 s; 0 keeps links forever.
+   */
+  idleCloseMs?: number;
 }
 
 export class LibvirtConnectionPool<Target> {
   private readonly live = new Map<string, LibvirtConnection>();
   private readonly dialing = new Map<string, Promise<LibvirtConnection>>();
+  private readonly lastUsed = new Map<string, number>();
+  private sweeper: NodeJS.Timeout | undefined;
   /** How many dials were started; tests and logs use it to see sharing work. */
   dialCount = 0;
 
@@ -31,6 +38,7 @@ export class LibvirtConnectionPool<Target> {
     wait: Pick<CallOptions, "signal" | "timeoutMs"> = {},
   ): Promise<LibvirtConnection> {
     const key = this.options.keyOf(target);
+    this.lastUsed.set(key, Date.now());
     const existing = this.live.get(key);
     if (existing && !existing.isClosed) return existing;
     if (existing) this.live.delete(key);
@@ -41,6 +49,8 @@ export class LibvirtConnectionPool<Target> {
         (connection) => {
           this.dialing.delete(key);
           this.live.set(key, connection);
+          this.lastUsed.set(key, Date.now());
+          this.startSweeper();
           return connection;
         },
         (error: unknown) => {
@@ -69,6 +79,31 @@ export class LibvirtConnectionPool<Target> {
       if (error instanceof LibvirtTransportError || connection.isClosed)
         this.drop(target, connection);
       throw error;
+    } finally {
+      this.lastUsed.set(this.options.keyOf(target), Date.now());
+    }
+  }
+
+  private startSweeper(): void {
+    const idleMs = this.options.idleCloseMs ?? 60_000;
+    if (idleMs <= 0 || this.sweeper) return;
+    this.sweeper = setInterval(
+      () => this.closeIdle(idleMs),
+      Math.max(10, Math.min(idleMs / 2, 5000)),
+    );
+    this.sweeper.unref();
+  }
+
+  private closeIdle(idleMs: number): void {
+    const now = Date.now();
+    for (const [key, connection] of this.live) {
+      if (connection.inFlight > 0 || now - (this.lastUsed.get(key) ?? 0) < idleMs) continue;
+      this.live.delete(key);
+      void connection.close();
+    }
+    if (this.live.size === 0 && this.sweeper) {
+      clearInterval(this.sweeper);
+      this.sweeper = undefined;
     }
   }
 
@@ -94,6 +129,8 @@ export class LibvirtConnectionPool<Target> {
   async closeAll(): Promise<void> {
     const dials = [...this.dialing.values()];
     this.dialing.clear();
+    if (this.sweeper) clearInterval(this.sweeper);
+    this.sweeper = undefined;
     const connections = [...this.live.values()];
     this.live.clear();
     await Promise.all(connections.map((connection) => connection.close()));

@@ -68,6 +68,32 @@ describe("libvirt connection over a scripted peer", () => {
     conn.destroy();
   });
 
+  it("authenticates with polkit when that is all the daemon offers, and proceeds on an old daemon", async () => {
+    const polkit = new FakeDaemon();
+    polkit.authTypes = [2];
+    (await polkit.open()).destroy();
+    const calls = polkit.received
+      .filter((p) => p.header.type === MessageType.CALL)
+      .map((p) => p.header.procedure);
+    assert.deepEqual(calls, [66, 70, 60, 1]);
+
+    const old = new FakeDaemon();
+    old.authTypes = "unknown-procedure";
+    const conn = await old.open();
+    assert.deepEqual(conn.info.authTypes, []);
+    conn.destroy();
+  });
+
+  it("refuses a daemon that only offers SASL, naming what it offered", async () => {
+    const daemon = new FakeDaemon();
+    daemon.authTypes = [1];
+    const error = await rejectionOf(daemon.open());
+    assert.ok(error instanceof LibvirtError, error.message);
+    assert.equal(error.code, 94);
+    assert.match(error.message, /only offers authentication types \[1\]/);
+    assert.ok(daemon.clientSide.destroyed);
+  });
+
   it("routes out-of-order replies to the right callers", async () => {
     const daemon = new FakeDaemon();
     const conn = await daemon.open();

@@ -29,6 +29,8 @@ export class FakeDaemon {
   holdWrites = false;
   /** Answer the handshake automatically. */
   autoHandshake = true;
+  /** What AUTH_LIST answers: a list of auth types, or "unknown procedure" like an old daemon. */
+  authTypes: number[] | "unknown-procedure" = [0];
 
   constructor(options: { clientHighWaterMark?: number } = {}) {
     // eslint-disable-next-line @typescript-eslint/no-this-alias
@@ -53,7 +55,16 @@ export class FakeDaemon {
     this.received.push(packet);
     if (this.autoHandshake && packet.header.type === MessageType.CALL) {
       const { procedure } = packet.header;
-      if (procedure === 66) return this.reply(packet, new XdrWriter().uint(1).int(0).finish());
+      if (procedure === 66) {
+        if (this.authTypes === "unknown-procedure") {
+          return this.replyError(packet, { code: 39, domain: 7, message: "unknown procedure: 66" });
+        }
+        return this.reply(
+          packet,
+          new XdrWriter().array(this.authTypes, 20, (w, t) => w.int(t)).finish(),
+        );
+      }
+      if (procedure === 70) return this.reply(packet, new XdrWriter().int(1).finish());
       if (procedure === 60) return this.reply(packet, new XdrWriter().int(1).finish());
       if (procedure === 1) return this.reply(packet);
     }

@@ -15,6 +15,7 @@ interface Target {
 function fakeConnection(): LibvirtConnection & { closes: number } {
   const fake = {
     isClosed: false,
+    inFlight: 0,
     closes: 0,
     destroy() {
       fake.isClosed = true;
@@ -127,6 +128,22 @@ describe("per-host libvirt connection pool", () => {
       pool.get({ host: "kvm9", username: "x" }, { timeoutMs: 10 }),
       /longer than 10 ms/,
     );
+  });
+
+  it("closes a link left idle, but not one with a call in flight", async () => {
+    const pool = new LibvirtConnectionPool<Target>({
+      keyOf: sshTargetKey,
+      idleCloseMs: 30,
+      dial: async () => fakeConnection(),
+    });
+    const busy = await pool.get({ host: "busy", username: "u" });
+    (busy as unknown as { inFlight: number }).inFlight = 1;
+    const idle = await pool.get(target);
+    await new Promise((r) => setTimeout(r, 120));
+    assert.equal(idle.isClosed, true);
+    assert.equal(busy.isClosed, false);
+    assert.notEqual(await pool.get(target), idle, "the next call dials afresh");
+    await pool.closeAll();
   });
 
   it("keys targets by user, host, port, socket and URI", () => {
