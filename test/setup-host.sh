@@ -9,6 +9,8 @@ PKGS=(
   libxml2-utils                                     # xmllint, which virt-xml-validate runs
   libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils ovmf
   openssh-server openssh-client dnsmasq-base iproute2
+  mmdebstrap e2fsprogs fdisk dosfstools mtools       # the lab's guest image (test/lab/build-image.sh)
+  grub-pc-bin grub-efi-amd64-bin grub2-common
 )
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

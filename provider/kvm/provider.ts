@@ -16,6 +16,7 @@ import {
   type OwnershipMark,
 } from "../common/mark";
 import { PartialCreateError } from "../common/partial-create";
+import { fetchThroughProxy } from "../common/proxy-probe";
 import { waitForTcpPort } from "../common/readiness";
 import { safeErrorMessage } from "../common/redact";
 import type { DomainHandle } from "../libvirt-rpc-xdr";
@@ -246,8 +247,35 @@ async function waitForReadiness(
       await sleepWithin(2000, deadline);
     }
   }
-  if (inputs.readiness.mode === "port") await waitForTcpPort(ip, inputs.readiness.port, deadline);
+  if (inputs.readiness.mode === "port") {
+    await waitForTcpPort(ip, inputs.readiness.port, deadline);
+    if (inputs.readiness.probeUrl !== undefined)
+      await waitForProxyProbe(ip, inputs.readiness.port, inputs.readiness.probeUrl, deadline);
+  }
   return ip;
+}
+
+/** The proxy is ready when a request through it succeeds; squid may answer 503 while it finishes starting. */
+async function waitForProxyProbe(
+  ip: string,
+  port: number,
+  url: string,
+  deadline: Deadline,
+): Promise<void> {
+  let last = "no attempt";
+  while (deadline.remainingMs() > 0) {
+    try {
+      const { status } = await fetchThroughProxy({ host: ip, port }, url, deadline.capped(10_000));
+      if (status >= 200 && status < 400) return;
+      last = `HTTP ${status}`;
+    } catch (error) {
+      last = (error as Error).message;
+    }
+    await sleepWithin(2000, deadline);
+  }
+  throw deadline.timeoutError(
+    `a request to readiness.probeUrl through the proxy at ${ip}:${port} (last: ${last})`,
+  );
 }
 
 // ---- read / update / delete -----------------------------------------------------------------------

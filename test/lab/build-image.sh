@@ -64,6 +64,9 @@ fi
 # keep the cloud-init tweak current even on a cached rootfs
 printf 'datasource_list: [ NoCloud, None ]\nlocale: C.UTF-8\n' > "$ROOTFS/etc/cloud/cloud.cfg.d/90-lab.cfg"
 rm -f "$ROOTFS/etc/cloud/cloud.cfg.d/90-lab-datasource.cfg"
+# mmdebstrap copies the build host's resolver; a lab guest has none (no route out), and a resolver that
+# never answers makes squid's start and apt time out for minutes. Empty: lookups fail at once.
+: > "$ROOTFS/etc/resolv.conf"
 
 # ---------- 2. grub files inside the root fs ----------
 mkdir -p "$ROOTFS/boot/grub/i386-pc" "$ROOTFS/boot/grub/x86_64-efi"

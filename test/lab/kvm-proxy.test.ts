@@ -6,17 +6,12 @@
  */
 import { strict as assert } from "node:assert";
 import { execFileSync } from "node:child_process";
-import { ProxyAgent, request } from "undici";
 import { errorClassOf } from "../../provider/common/errors";
+import { fetchThroughProxy } from "../../provider/common/proxy-probe";
 import { createMark } from "../../provider/common/mark";
 import { closeAllHosts } from "../../provider/kvm/connect";
 import { buildDomainXml } from "../../provider/kvm/domain-xml";
-import {
-  baseImageMarkerName,
-  baseImageVolumeName,
-  overlayVolumeName,
-  seedVolumeName,
-} from "../../provider/kvm/naming";
+import { BASE_IMAGE_PREFIX, overlayVolumeName, seedVolumeName } from "../../provider/kvm/naming";
 import * as kvm from "../../provider/kvm/provider";
 import { Procedures, type LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
 import { openLocalLibvirt } from "../../provider/ssh/local";
@@ -54,25 +49,21 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
     await removeBaseImages();
   });
 
+  const cleanups: Array<() => Promise<void>> = [];
   after(async () => {
+    for (const cleanup of cleanups) await cleanup().catch(() => undefined);
     await inspector?.close();
     await closeAllHosts();
     await imageServer?.close();
     await target?.close();
   });
 
+  /** Every base image in the test pool goes, so the first create really downloads. */
   async function removeBaseImages(): Promise<void> {
     const pool = await inspector.call(Procedures.storagePoolLookupByName, { name: lab.pool });
-    const base = baseImageVolumeName({
-      url: imageServer.url,
-      sha256: image.sha256,
-      format: "qcow2",
-    });
-    for (const name of [base, baseImageMarkerName(base)]) {
-      const vol = await inspector
-        .call(Procedures.storageVolLookupByName, { pool, name })
-        .catch(() => undefined);
-      if (vol) await inspector.call(Procedures.storageVolDelete, { vol, flags: 0 });
+    for (const name of volumeNames().filter((n) => n.startsWith(BASE_IMAGE_PREFIX))) {
+      const vol = await inspector.call(Procedures.storageVolLookupByName, { pool, name });
+      await inspector.call(Procedures.storageVolDelete, { vol, flags: 0 });
     }
   }
 
@@ -116,13 +107,16 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
   }
 
   it("boots a proxy from a real seed, learns its address from the agent, serves HTTP through squid, and deletes cleanly", async () => {
-    const inputs = await checked(userInputs());
+    const inputs = await checked(
+      userInputs({ readiness: { mode: "port", port: 3128, probeUrl: target.url } }),
+    );
     const vmName = inputs.vmName as string;
+    cleanups.push(() => kvm.remove(`hosts/local/domains/${vmName}`, inputs));
     const { id, outs } = await kvm.create(inputs);
 
     assert.equal(id, `hosts/local/domains/${vmName}`);
     assert.equal(outs.state, "running");
-    assert.match(String(outs.ip), /^192\.0\.2\.(1\d\d)$/);
+    assert.match(String(outs.ip), /^198\.51\.100\.(1\d\d)$/);
     assert.equal(outs.endpoint, `http://${outs.ip}:3128`);
     assert.match(String(outs.libvirtUuid), /^[0-9a-f-]{36}$/);
     assert.equal(imageServer.requests.filter((r) => r.method === "GET").length, 1, "one download");
@@ -133,12 +127,18 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
     );
 
     // An HTTP request from this host through the VM's squid to a server on the lab bridge.
-    const response = await request(target.url, {
-      dispatcher: new ProxyAgent(String(outs.endpoint)),
-      headersTimeout: 20_000,
-    });
-    assert.equal(response.statusCode, 200);
-    assert.equal(await response.body.text(), "hello through the egress proxy\n");
+    const response = await fetchThroughProxy(
+      { host: String(outs.ip), port: 3128 },
+      target.url,
+      20_000,
+    );
+    assert.equal(response.status, 200);
+    assert.equal(response.body, "hello through the egress proxy\n");
+    // One request from the readiness probe (readiness.probeUrl), one from this test.
+    assert.ok(
+      target.requests.length >= 2,
+      `the target saw the proxied requests: ${target.requests.length}`,
+    );
 
     const refreshed = await kvm.read(id, outs);
     assert.equal(refreshed.id, id);

@@ -49,12 +49,12 @@ export async function ensureProxyImage(lab: LabEnv): Promise<ProxyImage> {
   return { path, sha256, bytes };
 }
 
-/** Runs test/lab/host-link.sh: this netns gets 192.0.2.254 on the lab bridge. */
+/** Runs test/lab/host-link.sh: this netns gets 198.51.100.254 on the lab bridge. */
 export async function linkHostToLab(lab: LabEnv): Promise<string> {
   await run("bash", [resolve(LAB_SCRIPTS_DIR, "host-link.sh")], {
     env: { ...process.env, LAB_NETNS: lab.netns },
   });
-  return "192.0.2.254";
+  return "198.51.100.254";
 }
 
 export interface RunningServer {
@@ -116,7 +116,8 @@ packages: [squid]
 write_files:
   - path: /etc/squid/conf.d/egress.conf
     content: |
-      acl egress_clients src 192.0.2.0/24
+      visible_hostname egress-proxy
+      acl egress_clients src 198.51.100.0/24
       http_access allow egress_clients
 runcmd:
   - [systemctl, restart, squid]

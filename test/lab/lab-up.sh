@@ -1,8 +1,9 @@
 #!/bin/bash
 # Bring up the project's libvirt lab on this machine, idempotently and without systemd.
 #
-#   netns "lab"     : isolated network namespace with no uplink. Holds bridge br-lab 192.0.2.1/24
-#                     (TEST-NET-1, a documentation range), dnsmasq DHCP .100-.199 (DNS off), virtlogd,
+#   netns "lab"     : isolated network namespace with no uplink. Holds bridge br-lab 198.51.100.1/24
+#                     (TEST-NET-2: this machine's own uplink may sit in TEST-NET-1), dnsmasq DHCP
+#                     .100-.199 (DNS off), virtlogd,
 #                     libvirtd and therefore every qemu process and tap. Nothing routes out of it.
 #   libvirtd        : monolithic daemon (qemu driver, TCG when there is no /dev/kvm), started inside the
 #                     netns; its unix socket /var/run/libvirt/libvirt-sock is a file, usable from outside.
@@ -22,8 +23,8 @@ LAB=${LAB_DIR:-/tmp/egress-lab}
 PIDS=$LAB/pids
 NS=${LAB_NETNS:-lab}
 BR=br-lab
-BR_CIDR=192.0.2.1/24
-DHCP_RANGE=192.0.2.100,192.0.2.199,255.255.255.0,1h
+BR_CIDR=198.51.100.1/24
+DHCP_RANGE=198.51.100.100,198.51.100.199,255.255.255.0,1h
 SSH_PORT=${LAB_SSH_PORT:-2222}
 SOCK=/var/run/libvirt/libvirt-sock
 TINY_MIB=8
@@ -64,7 +65,11 @@ case " $(ip netns list | awk '{print $1}' | tr '\n' ' ') " in *" $NS "*) ;; *) i
 ip -n "$NS" link set lo up
 ip -n "$NS" link show "$BR" >/dev/null 2>&1 || ip -n "$NS" link add "$BR" type bridge
 ip -n "$NS" link set "$BR" up
-case "$(ip -n "$NS" addr show dev "$BR")" in *" ${BR_CIDR%/*}/"*) ;; *) ip -n "$NS" addr add "$BR_CIDR" dev "$BR" ;; esac
+# Exactly one address on the bridge (a lab from an older layout may carry another).
+if [ "$(ip -n "$NS" -4 -o addr show dev "$BR" | awk '{print $4}')" != "$BR_CIDR" ]; then
+  ip -n "$NS" addr flush dev "$BR"
+  ip -n "$NS" addr add "$BR_CIDR" dev "$BR"
+fi
 
 # ---- 2. /dev/kvm permissions -----------------------------------------------------------------------
 # Without udev, a /dev/kvm node may be root-only. libvirt probes QEMU as root (KVM works) but checks the

@@ -1,0 +1,55 @@
+/**
+ * One HTTP request through a forward proxy, the way crawlers use it: an
+ * absolute-form `GET http://target/ HTTP/1.1` sent to the proxy (not a
+ * CONNECT tunnel, which squid allows only to TLS ports by default).
+ */
+import { request } from "node:http";
+
+export interface ProxyProbeResult {
+  status: number;
+  body: string;
+}
+
+export function fetchThroughProxy(
+  proxy: { host: string; port: number },
+  targetUrl: string,
+  timeoutMs: number,
+): Promise<ProxyProbeResult> {
+  const target = new URL(targetUrl);
+  if (target.protocol !== "http:")
+    return Promise.reject(
+      new Error(`only http:// targets can be probed through a proxy, not ${target.protocol}`),
+    );
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        host: proxy.host,
+        port: proxy.port,
+        method: "GET",
+        path: target.toString(),
+        headers: { host: target.host },
+        timeout: timeoutMs,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on("data", (chunk: Buffer) => {
+          // Only the start of the body matters for a probe.
+          if (size < 65536) chunks.push(chunk);
+          size += chunk.length;
+        });
+        res.on("end", () =>
+          resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }),
+        );
+        res.on("error", reject);
+      },
+    );
+    req.on("timeout", () =>
+      req.destroy(
+        new Error(`no answer from proxy ${proxy.host}:${proxy.port} within ${timeoutMs} ms`),
+      ),
+    );
+    req.on("error", reject);
+    req.end();
+  });
+}
