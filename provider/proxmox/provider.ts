@@ -21,7 +21,8 @@ import { redactText } from "../common/redact";
 import { FormFields, ProxmoxClient } from "./client";
 import { isTaskFailure, isVmidTaken } from "./classify";
 import { ConnectionInputs, rememberProviderConfig, resolveConnection } from "./connection";
-import { decideDiff, DiffDecision, sameValue } from "./diff";
+import { sameValue } from "../common/diff";
+import { decideProxmoxDiff, DiffDecision } from "./diff";
 import {
   CheckFailure,
   normalizeTags,
@@ -87,27 +88,37 @@ export async function check(
 ): Promise<{ inputs: Props; failures: CheckFailure[] }> {
   const named = withVmName(olds, news);
   const result = validateInputs(named);
-  if (result.ok)
-    return {
-      inputs: plain({ ...result.inputs, tags: normalizeTags(result.inputs.tags) }),
-      failures: [],
-    };
-  return { inputs: named, failures: result.failures };
+  if (!result.ok) return { inputs: named, failures: result.failures };
+  const inputs = { ...result.inputs, tags: normalizeTags(result.inputs.tags) };
+  // A create-before-delete replacement must not reuse the name the old VM still holds.
+  if (inputs.vmNameChosenBy === "provider" && inputs.vmName === olds.vmName) {
+    if (decideProxmoxDiff(olds, inputs).replaces.length > 0)
+      inputs.vmName = newVmName(resourceNameOf(news));
+  }
+  return { inputs: plain(inputs), failures: [] };
 }
 
-/** Autonaming belongs in check: keep the old generated name, or make one from the resource name. */
+/** Autonaming belongs in check: the user's name, else the old generated one, else a new one. */
 function withVmName(olds: Props, news: Props): Props {
   if (news.vmName !== undefined && news.vmName !== null) return { ...news, vmNameChosenBy: "user" };
   const oldName =
     olds.vmNameChosenBy === "provider" && typeof olds.vmName === "string" ? olds.vmName : undefined;
+  return {
+    ...news,
+    vmName: oldName ?? newVmName(resourceNameOf(news)),
+    vmNameChosenBy: "provider",
+  };
+}
+
+function resourceNameOf(news: Props): string {
   const owner = news.owner as Partial<OwnerIdentity> | undefined;
-  const resourceName =
-    typeof owner?.resource === "string" && owner.resource !== UNKNOWN ? owner.resource : "proxy";
-  return { ...news, vmName: oldName ?? newVmName(resourceName), vmNameChosenBy: "provider" };
+  return typeof owner?.resource === "string" && owner.resource !== UNKNOWN
+    ? owner.resource
+    : "proxy";
 }
 
 export async function diff(_id: string, olds: Props, news: Props): Promise<DiffDecision> {
-  return decideDiff(olds, news);
+  return decideProxmoxDiff(olds, news);
 }
 
 // ---------------------------------------------------------------- create

@@ -1,25 +1,29 @@
 import { z } from "zod";
-import { vmNameProblem } from "../common/names";
+import {
+  CheckFailure,
+  ownerSchema,
+  readinessSchema,
+  timeoutsSchema,
+  UNKNOWN,
+  validateWithUnknowns,
+  ValidationResult,
+  vmNameSchema,
+  wholeNumber,
+} from "../common/inputs";
+
+export { UNKNOWN };
+export type { CheckFailure };
 
 /**
  * ProxmoxProxy inputs. Every message names the field and says what to write
  * instead; `check` reports them as Pulumi check failures.
  */
 
-/** What Pulumi sends for a value not known yet (preview). */
-export const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
-
 /** F9 / rule 7: the tag pattern Proxmox accepts once folded to lower case. */
 export const TAG_PATTERN = /^[a-z0-9_][a-z0-9_\-+.]*$/;
 const STORAGE_ID = /^[a-z][a-z0-9\-_.]*$/i;
 const NODE_NAME = /^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$/;
 const BRIDGE_NAME = /^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$/;
-
-const wholeNumber = (field: string, min: number, max: number, example: number) =>
-  z
-    .int({ error: `${field} must be a whole number, e.g. ${example}` })
-    .min(min, { error: `${field} must be at least ${min}` })
-    .max(max, { error: `${field} must be at most ${max}` });
 
 const storageId = (field: string, example: string) =>
   z
@@ -36,31 +40,6 @@ export const vmidRangeSchema = z
   .refine((range) => range.last >= range.first, {
     error: "vmidRange.last must not be below vmidRange.first; swap them",
   });
-
-export const readinessSchema = z.strictObject({
-  /**
-   * "port": wait for the guest's address, then for `port` to accept TCP;
-   * "address": wait for the address only; "none": done once the VM runs.
-   */
-  mode: z
-    .enum(["port", "address", "none"], {
-      error: 'readiness.mode must be "port", "address" or "none"',
-    })
-    .default("port"),
-  port: wholeNumber("readiness.port", 1, 65535, 3128).default(3128),
-});
-
-export const timeoutsSchema = z.strictObject({
-  createSeconds: wholeNumber("timeouts.createSeconds", 1, 86_400, 900).default(900),
-  readySeconds: wholeNumber("timeouts.readySeconds", 1, 86_400, 600).default(600),
-  deleteSeconds: wholeNumber("timeouts.deleteSeconds", 1, 86_400, 300).default(300),
-});
-
-export const ownerSchema = z.strictObject({
-  project: z.string({ error: "owner.project must be the Pulumi project name" }).min(1),
-  stack: z.string({ error: "owner.stack must be the Pulumi stack name" }).min(1),
-  resource: z.string({ error: "owner.resource must be the Pulumi resource name" }).min(1),
-});
 
 export const proxmoxProxyInputsSchema = z.strictObject({
   // Where (credentials may also come from provider config or the environment).
@@ -93,14 +72,7 @@ export const proxmoxProxyInputsSchema = z.strictObject({
   diskStorage: storageId("diskStorage", "local-lvm"),
   seedStorage: storageId("seedStorage", "seeds"),
   vmidRange: vmidRangeSchema.default({ first: 20000, last: 29999 }),
-  vmName: z
-    .string({ error: "vmName must be a string" })
-    .superRefine((name, context) => {
-      const problem = vmNameProblem(name);
-      if (problem !== undefined)
-        context.addIssue({ code: "custom", message: `vmName ${JSON.stringify(name)} ${problem}` });
-    })
-    .optional(),
+  vmName: vmNameSchema.optional(),
   /** "user" when the name was given, "provider" when check generated it (diff decides deleteBeforeReplace). */
   vmNameChosenBy: z.enum(["user", "provider"]).optional(),
   // Machine.
@@ -161,85 +133,17 @@ export interface ProxmoxProxyOutputs extends ProxmoxProxyInputs {
   createdAt: string;
 }
 
-export interface CheckFailure {
-  property: string;
-  reason: string;
-}
-
-export type ValidationResult =
-  | { ok: true; inputs: ProxmoxProxyInputs }
-  | { ok: false; failures: CheckFailure[]; unknownOnly: boolean };
-
 /**
  * Validates inputs that may hold unknown values (preview): a problem at, or
  * under, an unknown value is not a problem yet.
  */
-export function validateInputs(raw: Record<string, unknown>): ValidationResult {
-  const { __provider: _ignored, ...rest } = raw;
-  const unknownPaths: string[][] = [];
-  const known = stripUnknowns(rest, [], unknownPaths) as Record<string, unknown>;
-  const result = proxmoxProxyInputsSchema.safeParse(unknownPaths.length === 0 ? rest : known);
-  if (result.success) {
-    if (unknownPaths.length > 0) return { ok: false, failures: [], unknownOnly: true };
-    return { ok: true, inputs: result.data as ProxmoxProxyInputs };
-  }
-  const failures: CheckFailure[] = [];
-  for (const issue of result.error.issues) {
-    const path = issue.path.map(String);
-    const keys =
-      issue.code === "unrecognized_keys" ? issue.keys.map((key) => [...path, key]) : [path];
-    for (const issuePath of keys) {
-      if (
-        unknownPaths.some(
-          (unknown) => startsWith(issuePath, unknown) || startsWith(unknown, issuePath),
-        )
-      )
-        continue;
-      const property = issuePath.join(".");
-      failures.push({
-        property,
-        reason:
-          issue.code === "unrecognized_keys"
-            ? `${property} is not an input of ProxmoxProxy; remove it (see docs/proxmox.md for the inputs)`
-            : issue.message.startsWith(property.split(".")[0]) || property === ""
-              ? issue.message
-              : `${property}: ${issue.message}`,
-      });
-    }
-  }
-  return failures.length === 0
-    ? { ok: false, failures, unknownOnly: true }
-    : { ok: false, failures, unknownOnly: false };
-}
-
-function stripUnknowns(value: unknown, path: string[], unknownPaths: string[][]): unknown {
-  if (value === UNKNOWN) {
-    unknownPaths.push(path);
-    return undefined;
-  }
-  if (Array.isArray(value))
-    return value.map((item, index) => stripUnknowns(item, [...path, String(index)], unknownPaths));
-  if (typeof value === "object" && value !== null) {
-    const out: Record<string, unknown> = {};
-    for (const [key, item] of Object.entries(value)) {
-      const stripped = stripUnknowns(item, [...path, key], unknownPaths);
-      if (stripped !== undefined) out[key] = stripped;
-    }
-    return out;
-  }
-  return value;
-}
-
-function startsWith(path: string[], prefix: string[]): boolean {
-  return prefix.length <= path.length && prefix.every((part, index) => path[index] === part);
-}
-
-export function containsUnknown(value: unknown): boolean {
-  if (value === UNKNOWN) return true;
-  if (Array.isArray(value)) return value.some(containsUnknown);
-  if (typeof value === "object" && value !== null)
-    return Object.values(value).some(containsUnknown);
-  return false;
+export function validateInputs(raw: Record<string, unknown>): ValidationResult<ProxmoxProxyInputs> {
+  return validateWithUnknowns(
+    proxmoxProxyInputsSchema,
+    raw,
+    "ProxmoxProxy",
+    "docs/proxmox.md",
+  ) as ValidationResult<ProxmoxProxyInputs>;
 }
 
 /** Tags as Proxmox stores them (F9: folded, `;`-separated), our mark tag first, compared as sets (rule 7). */

@@ -165,10 +165,14 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     assert.deepEqual(updated.tags, ["blue", "edge"]);
     assert.equal(updated.ip, outputs.ip);
     assert.equal(sim.vms.get(vmid)!.config.tags, "blue;edge;egress-proxies");
+    // A replacement gets a fresh generated name, so create-before-delete cannot collide.
     const resized = await server.check(urn, inputs, { ...captured.inputs, cores: 4 });
-    assert.deepEqual((await server.diff(urn, created.id, updated, resized.inputs)).replaces, [
-      "cores",
-    ]);
+    assert.notEqual(resized.inputs.vmName, inputs.vmName);
+    const resizeDiff = await server.diff(urn, created.id, updated, resized.inputs);
+    assert.deepEqual(
+      [resizeDiff.replaces.sort(), resizeDiff.deleteBeforeReplace],
+      [["cores", "vmName"], false],
+    );
 
     await server.delete(urn, created.id, updated);
     assert.equal(sim.vms.has(vmid), false);

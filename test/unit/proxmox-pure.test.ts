@@ -6,7 +6,7 @@ import {
   classifyTaskFailure,
   classifyTransportFailure,
 } from "../../provider/proxmox/classify";
-import { decideDiff } from "../../provider/proxmox/diff";
+import { decideProxmoxDiff as decideDiff } from "../../provider/proxmox/diff";
 import * as provider from "../../provider/proxmox/provider";
 import { UNKNOWN } from "../../provider/proxmox/schema";
 import {
@@ -230,6 +230,26 @@ describe("proxmox check: offline, pure, precise", () => {
     assert.equal(first.inputs.vmNameChosenBy, "provider");
     const again = await provider.check(first.inputs, BASE);
     assert.equal(again.inputs.vmName, first.inputs.vmName);
+  });
+
+  it("gives a replacement a fresh generated name, so create-before-delete cannot collide", async () => {
+    const first = await provider.check({}, BASE);
+    const sameAgain = await provider.check(first.inputs, { ...BASE });
+    assert.equal(
+      sameAgain.inputs.vmName,
+      first.inputs.vmName,
+      "defaults applied must not look like a change",
+    );
+    const inPlace = await provider.check(first.inputs, { ...BASE, tags: ["x"] });
+    assert.equal(inPlace.inputs.vmName, first.inputs.vmName);
+    const replaced = await provider.check(first.inputs, { ...BASE, cores: 4 });
+    assert.notEqual(replaced.inputs.vmName, first.inputs.vmName);
+    assert.match(String(replaced.inputs.vmName), /^edge-1-[a-z2-7]{10}$/);
+    const fixed = await provider.check(
+      { ...first.inputs, vmName: "edge", vmNameChosenBy: "user" },
+      { ...BASE, vmName: "edge", cores: 4 },
+    );
+    assert.equal(fixed.inputs.vmName, "edge");
   });
 
   it("fills defaults and folds tags to a sorted set (no perpetual diff, rule 7)", async () => {

@@ -1,0 +1,171 @@
+/**
+ * KvmProxy driven through the real dynamic-provider gRPC server from
+ * @pulumi/pulumi, installed from the packed package into a consumer project,
+ * against the lab's libvirtd over SSH: Configure → Check → Diff → Create →
+ * Read → Update → Delete, plus a preview with unknowns and no credentials.
+ */
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { useLab, type LabEnv } from "../lab/fixture";
+import { ensureProxyImage, serveImage, type RunningServer } from "../lab/kvm-support";
+import {
+  captureResourceInputs,
+  DynamicProviderServer,
+  packIntoConsumerProject,
+  type ConsumerProject,
+  type Props,
+} from "./harness";
+
+const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
+
+describe("engine: KvmProxy through the real dynamic-provider gRPC server", function () {
+  this.timeout(600_000);
+  let project: ConsumerProject;
+  let lab: LabEnv;
+  let imageServer: RunningServer;
+  let imageSha256: string;
+  const servers: DynamicProviderServer[] = [];
+
+  before(async () => {
+    lab = await useLab();
+    const image = await ensureProxyImage(lab);
+    imageSha256 = image.sha256;
+    imageServer = await serveImage(image);
+    project = packIntoConsumerProject();
+  });
+
+  after(async () => {
+    await Promise.all(servers.map((server) => server.stop()));
+    await imageServer?.close();
+    project?.remove();
+  });
+
+  async function startServer(): Promise<DynamicProviderServer> {
+    const server = await DynamicProviderServer.start(project);
+    servers.push(server);
+    return server;
+  }
+
+  function programArgs(overrides: Props = {}): Props {
+    return {
+      connection: {
+        host: lab.sshHost,
+        port: lab.sshPort,
+        user: lab.sshUser,
+        privateKey: readFileSync(lab.clientKey, "utf8"),
+        knownHosts: readFileSync(lab.knownHosts, "utf8"),
+      },
+      pool: lab.pool,
+      network: { bridge: lab.bridge },
+      domainType: "qemu",
+      memoryMiB: 256,
+      image: { url: imageServer.url, sha256: imageSha256 },
+      userData: "#cloud-config\nruncmd: [echo engine]\n",
+      readiness: { mode: "none" },
+      timeouts: { createSeconds: 300, readySeconds: 60, deleteSeconds: 120 },
+      ...overrides,
+    };
+  }
+
+  it("serializes a small provider closure that holds no credential", () => {
+    const args = programArgs();
+    const captured = captureResourceInputs(project, "KvmProxy", "edge-a", args);
+    const serialized = String(captured.inputs.__provider);
+    assert.equal(captured.type, "pulumi-nodejs:dynamic/egress-proxies:KvmProxy");
+    assert.deepEqual(captured.secretInputs.sort(), ["connection", "userData"]);
+    assert.match(serialized, /require\("egress-proxies\/dist\/provider\/kvm\/provider\.js"\)/);
+    const keyBody = String((args.connection as Props).privateKey).split("\n")[1];
+    assert.ok(!serialized.includes(keyBody), "the private key is not in the closure");
+    assert.ok(serialized.length < 20_000, `serialized provider is ${serialized.length} bytes`);
+    console.log(`      serialized KvmProxy provider: ${serialized.length} bytes`);
+  });
+
+  it("previews with unknown values and no credentials (check and diff offline)", async () => {
+    const server = await startServer();
+    await server.configure({});
+    const captured = captureResourceInputs(project, "KvmProxy", "edge-preview", {
+      image: { url: "https://images.invalid/debian-12.qcow2" },
+      connection: { host: "kvm-that-does-not-resolve.invalid" },
+    });
+    const news = { ...captured.inputs, connection: UNKNOWN, vcpus: UNKNOWN };
+    const checked = await server.check(captured.urn, {}, news);
+    assert.deepEqual(checked.failures, []);
+    assert.match(String(checked.inputs.vmName), /^edge-preview-[a-z2-7]{10}$/);
+    const diff = await server.diff(
+      captured.urn,
+      "hosts/kvm1/domains/x",
+      { ...checked.inputs, vcpus: 1 },
+      checked.inputs,
+    );
+    assert.equal(diff.changes, "some");
+    assert.ok(diff.replaces.includes("vcpus"), JSON.stringify(diff));
+  });
+
+  it("reports check failures by property with the fix", async () => {
+    const server = await startServer();
+    await server.configure({});
+    const captured = captureResourceInputs(
+      project,
+      "KvmProxy",
+      "edge-bad",
+      programArgs({ memoryMiB: 64, image: { url: "http://x/y.qcow2" } }),
+    );
+    const checked = await server.check(captured.urn, {}, captured.inputs);
+    assert.deepEqual(checked.failures.map((f) => f.property).sort(), ["image.sha256", "memoryMiB"]);
+    assert.ok(checked.failures.every((f) => f.reason.length > 20));
+  });
+
+  it("Configure → Check → Diff → Create → Read → Update → Delete against the lab over SSH", async () => {
+    const server = await startServer();
+    await server.configure({});
+    const captured = captureResourceInputs(project, "KvmProxy", "edge-b", programArgs());
+    const { urn } = captured;
+    const checked = await server.check(urn, {}, captured.inputs);
+    assert.deepEqual(checked.failures, []);
+    const inputs = checked.inputs;
+
+    const created = await server.create(urn, inputs);
+    assert.equal(created.id, `hosts/${lab.sshHost}:${lab.sshPort}/domains/${inputs.vmName}`);
+    const outputs = created.properties;
+    assert.equal(outputs.state, "running");
+    assert.equal(outputs.__provider, inputs.__provider);
+    assert.match(String(outputs.libvirtUuid), /^[0-9a-f-]{36}$/);
+
+    // The same program again: same name, no changes.
+    const again = await server.check(urn, inputs, captured.inputs);
+    assert.equal(again.inputs.vmName, inputs.vmName);
+    assert.deepEqual(await server.diff(urn, created.id, outputs, again.inputs), {
+      changes: "none",
+      replaces: [],
+      deleteBeforeReplace: false,
+    });
+
+    const read = await server.read(urn, created.id, outputs, inputs);
+    assert.equal(read.id, created.id);
+    assert.equal(read.properties.state, "running");
+
+    // Timeouts change: update in place, VM untouched; vcpus change: replace with a new name.
+    const retimed = await server.check(urn, inputs, {
+      ...captured.inputs,
+      timeouts: { createSeconds: 400, readySeconds: 60, deleteSeconds: 120 },
+    });
+    const retimeDiff = await server.diff(urn, created.id, outputs, retimed.inputs);
+    assert.deepEqual([retimeDiff.changes, retimeDiff.replaces], ["some", []]);
+    const updated = await server.update(urn, created.id, outputs, retimed.inputs);
+    assert.equal(updated.libvirtUuid, outputs.libvirtUuid);
+    assert.deepEqual(updated.timeouts, {
+      createSeconds: 400,
+      readySeconds: 60,
+      deleteSeconds: 120,
+    });
+    const resized = await server.check(urn, retimed.inputs, { ...captured.inputs, vcpus: 2 });
+    assert.notEqual(resized.inputs.vmName, inputs.vmName, "a replacement gets a new name");
+    assert.deepEqual((await server.diff(urn, created.id, updated, resized.inputs)).replaces, [
+      "vcpus",
+    ]);
+
+    await server.delete(urn, created.id, updated);
+    const gone = await server.read(urn, created.id, updated, inputs);
+    assert.equal(gone.id, "");
+  });
+});
