@@ -1,4 +1,7 @@
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import fc from "fast-check";
 import { NotFoundError, PermanentError, TransientError } from "../../provider/common/errors";
 import {
@@ -410,6 +413,21 @@ describe("proxmox connection resolution", () => {
       () => resolveConnection({ apiEndpoint: "https://x:8006" }, {}),
       /PROXMOX_VE_API_TOKEN/,
     );
+  });
+
+  it("reads PROXMOX_VE_CA_CERT as a file path or as PEM text", () => {
+    const pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    const dir = mkdtempSync(join(tmpdir(), "pve-ca-"));
+    try {
+      writeFileSync(join(dir, "ca.pem"), pem);
+      assert.equal(
+        resolveConnection({}, { ...env, PROXMOX_VE_CA_CERT: join(dir, "ca.pem") }).caCertPem,
+        pem,
+      );
+      assert.equal(resolveConnection({}, { ...env, PROXMOX_VE_CA_CERT: pem }).caCertPem, pem);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("names PROXMOX_VE_CA_CERT when it is neither PEM nor a file", () => {
