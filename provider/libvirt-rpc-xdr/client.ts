@@ -14,7 +14,14 @@
  *   LibvirtTransportError.
  */
 import type { Duplex, Readable, Writable } from "node:stream";
-import { RpcCore, encodePacket, keepalivePacket, type Packet, type SerialHandler } from "./core";
+import {
+  HEADER_BYTES,
+  RpcCore,
+  encodePacket,
+  keepalivePacket,
+  type Packet,
+  type SerialHandler,
+} from "./core";
 import {
   LibvirtAbortedError,
   LibvirtError,
@@ -26,6 +33,7 @@ import {
   AuthType,
   FEATURE_PROGRAM_KEEPALIVE,
   KeepaliveProcedure,
+  Limits,
   MessageStatus,
   MessageType,
   Procedures,
@@ -281,6 +289,14 @@ export class LibvirtConnection {
       payload = writer.finish();
     } catch (error) {
       return Promise.reject(error);
+    }
+    if (payload.length + HEADER_BYTES > Limits.messageMax) {
+      return Promise.reject(
+        new RangeError(
+          `libvirt ${procedure.name}: arguments of ${payload.length} bytes exceed the protocol's ` +
+            `${Limits.messageMax}-byte message limit`,
+        ),
+      );
     }
     return new Promise<Ret>((resolve, reject) => {
       const serial = this.core.allocateSerial();

@@ -46,7 +46,9 @@ export function parseKnownHosts(content: string): KnownHostEntry[] {
 
 /** The name known_hosts uses for a host: `host` on port 22, `[host]:port` otherwise. */
 export function knownHostsName(host: string, port: number): string {
-  return port === 22 ? host : `[${host}]:${port}`;
+  // ssh lowercases the host name before matching (and before hashing), so do we.
+  const name = host.toLowerCase();
+  return port === 22 ? name : `[${name}]:${port}`;
 }
 
 function globToRegExp(pattern: string): RegExp {

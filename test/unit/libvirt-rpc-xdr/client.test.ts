@@ -10,10 +10,12 @@ import {
   LibvirtStreamEndpointError,
   LibvirtTimeoutError,
   LibvirtTransportError,
+  Limits,
   MessageStatus,
   MessageType,
   Procedures,
   XdrWriter,
+  type Procedure,
   type StorageVolHandle,
 } from "../../../provider/libvirt-rpc-xdr";
 import { FakeDaemon, tick } from "./fake-daemon";
@@ -92,6 +94,25 @@ describe("libvirt connection over a scripted peer", () => {
     assert.equal(error.code, 94);
     assert.match(error.message, /only offers authentication types \[1\]/);
     assert.ok(daemon.clientSide.destroyed);
+  });
+
+  it("refuses, before sending, a call larger than the protocol's message limit", async () => {
+    const daemon = new FakeDaemon();
+    const conn = await daemon.open();
+    const huge: Procedure<Buffer, void> = {
+      ...Procedures.connectClose,
+      name: "huge",
+      encodeArgs: (w, bytes) => void w.opaque(bytes),
+      decodeRet: () => undefined,
+    };
+    const sentBefore = daemon.received.length;
+    const error = await rejectionOf(conn.call(huge, Buffer.alloc(Limits.messageMax)));
+    assert.ok(error instanceof RangeError);
+    assert.match(error.message, /huge: arguments of \d+ bytes exceed/);
+    await tick(5);
+    assert.equal(daemon.received.length, sentBefore);
+    assert.equal(conn.isClosed, false);
+    conn.destroy();
   });
 
   it("routes out-of-order replies to the right callers", async () => {

@@ -112,6 +112,13 @@ describe("known_hosts", () => {
     assert.equal(pinnedHostKeyAlgorithms(entries, "nobody", 22), undefined);
   });
 
+  it("matches host names case-insensitively, hashed ones too (ssh lowercases before hashing)", () => {
+    const hashed = hashKnownHostsName("kvm1.lab.example", randomBytes(20));
+    const entries = parseKnownHosts([line(hashed, ed), line("KVM2.lab.example", rsa)].join("\n"));
+    assert.ok(verifyHostKey(entries, "KVM1.Lab.Example", 22, ed).ok);
+    assert.ok(verifyHostKey(entries, "kvm2.LAB.example", 22, rsa).ok);
+  });
+
   it("computes OpenSSH's SHA256 fingerprint format", () => {
     assert.match(fingerprintOf(ed), /^SHA256:[A-Za-z0-9+/]{43}$/);
   });
