@@ -1,11 +1,6 @@
 import { Deadline, retryWithBackoff } from "../common/deadline";
-import {
-  EgressProxyError,
-  isNotFound,
-  isTransient,
-  PermanentError,
-  withContext,
-} from "../common/errors";
+import { sameValue } from "../common/diff";
+import { isNotFound, isTransient, PermanentError, withContext } from "../common/errors";
 import {
   createMark,
   describeOwner,
@@ -17,11 +12,9 @@ import {
 import { newVmName } from "../common/names";
 import { PartialCreateError } from "../common/partial-create";
 import { waitForTcpPort } from "../common/readiness";
-import { redactText } from "../common/redact";
 import { FormFields, ProxmoxClient } from "./client";
 import { isTaskFailure, isVmidTaken } from "./classify";
 import { ConnectionInputs, rememberProviderConfig, resolveConnection } from "./connection";
-import { sameValue } from "../common/diff";
 import { decideProxmoxDiff, DiffDecision } from "./diff";
 import {
   CheckFailure,
@@ -673,11 +666,4 @@ function notFoundAsUndefined(error: unknown): undefined {
 
 function ignoreNotFound(error: unknown): void {
   if (!isNotFound(error)) throw error;
-}
-
-/** For messages built outside the error classes. */
-export function safeMessage(error: unknown): string {
-  return redactText(
-    error instanceof EgressProxyError || error instanceof Error ? error.message : String(error),
-  );
 }

@@ -114,8 +114,6 @@ export const proxmoxProxyInputsSchema = z.strictObject({
 
 /** Checked inputs, defaults applied. */
 export type ProxmoxProxyInputs = z.output<typeof proxmoxProxyInputsSchema> & { vmName: string };
-/** What users may pass (before defaults). */
-export type ProxmoxProxyArgsShape = z.input<typeof proxmoxProxyInputsSchema>;
 
 /** What create/read/update return: the inputs plus what only the host knows. */
 export interface ProxmoxProxyOutputs extends ProxmoxProxyInputs {

@@ -1,11 +1,5 @@
 import { Deadline, sleepWithin } from "../common/deadline";
-import {
-  EgressProxyError,
-  isNotFound,
-  isTransient,
-  NotFoundError,
-  PermanentError,
-} from "../common/errors";
+import { EgressProxyError, isNotFound, isTransient } from "../common/errors";
 import { FormFields, ProxmoxClient, segment } from "./client";
 import { waitForTask } from "./tasks";
 
@@ -288,9 +282,3 @@ export async function waitForAgentAddress(
     pauseMs = Math.min(2000, Math.round(pauseMs * 1.5));
   }
 }
-
-export function notOurs(detail: string, ref: VmRef): PermanentError {
-  return new PermanentError(detail, { resource: `VM ${ref.vmid} on node ${ref.node}` });
-}
-
-export { NotFoundError };

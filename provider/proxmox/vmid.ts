@@ -28,7 +28,3 @@ export function* vmidCandidates(vmName: string, range: VmidRange): Generator<num
   const start = preferredVmid(vmName, range) - range.first;
   for (let offset = 0; offset < size; offset++) yield range.first + ((start + offset) % size);
 }
-
-export function inRange(vmid: number, range: VmidRange): boolean {
-  return vmid >= range.first && vmid <= range.last;
-}
