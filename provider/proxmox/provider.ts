@@ -407,11 +407,15 @@ export async function read(
   const ref = parseResourceId(id);
   const client = clientFor(props as ConnectionInputs);
   const deadline = new Deadline(60_000, "the 60 s refresh budget");
-  const status = await getStatus(client, ref, deadline).catch(notFoundAsUndefined);
+  const status = await retrying("read status", deadline, () =>
+    getStatus(client, ref, deadline),
+  ).catch(notFoundAsUndefined);
   if (status === undefined) return { props: {} };
   if (status.lock !== undefined && status.lock !== "")
     return { id, props: { ...props, state: `locked (${status.lock})` }, inputs: inputsOf(props) };
-  const config = await getConfig(client, ref, deadline).catch(notFoundAsUndefined);
+  const config = await retrying("read config", deadline, () =>
+    getConfig(client, ref, deadline),
+  ).catch(notFoundAsUndefined);
   if (config === undefined) return { props: {} };
   const expectedName = typeof props.vmName === "string" ? props.vmName : config.name;
   // Our VM was deleted and the VMID reused by someone else's: ours is gone.

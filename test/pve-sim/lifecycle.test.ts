@@ -285,6 +285,17 @@ describe("ProxmoxProxy lifecycle against the simulator", () => {
       assert.equal(read.props.state, "running");
     });
 
+    it("rides out a flaky API during refresh", async () => {
+      const { id, outs } = await createdProxy(env.sim);
+      env.sim.options.serverErrorRate = 0.3;
+      try {
+        for (let i = 0; i < 5; i++)
+          assert.equal((await provider.read(id, { ...outs })).props.state, "running");
+      } finally {
+        env.sim.options.serverErrorRate = 0;
+      }
+    });
+
     it("treats a locked VM as in progress, not gone (rule 1)", async () => {
       const { id, outs } = await createdProxy(env.sim);
       env.sim.vms.get(outs.vmid)!.config.lock = "backup";
