@@ -308,9 +308,10 @@ export const Procedures = {
   ),
   domainShutdown: remote<DomainArgs, void>("domainShutdown", 33, writeDomainArgs, noRet),
   domainUndefine: remote<DomainArgs, void>("domainUndefine", 35, writeDomainArgs, noRet),
+  // 46, checked against libvirtd 9.0 (40 is NETWORK_DEFINE_XML).
   networkLookupByName: remote<{ name: string }, NetworkHandle>(
     "networkLookupByName",
-    40,
+    46,
     (w, a) => w.string(a.name, Limits.stringMax),
     (r) => xdrTypes.readNetwork(r),
   ),
@@ -505,7 +506,7 @@ export const Procedures = {
     stringRet,
   ),
   networkGetDhcpLeases: remote<
-    { net: NetworkHandle; mac: string | null; flags: number },
+    { net: NetworkHandle; mac: string | null; needResults: number; flags: number },
     { leases: DhcpLease[]; ret: number }
   >(
     "networkGetDhcpLeases",
@@ -513,7 +514,8 @@ export const Procedures = {
     (w, a) => {
       xdrTypes.writeNetwork(w, a.net);
       xdrTypes.writeOptionalString(w, a.mac);
-      w.uint(a.flags);
+      // Like connectListAllDomains: 0 asks only for the count.
+      w.int(a.needResults).uint(a.flags);
     },
     (r) => ({
       leases: r.array(Limits.dhcpLeasesMax, (l) => ({

@@ -3,6 +3,10 @@
  * over the local unix socket and through SSH (see *.test.ts beside this).
  */
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { promisify } from "node:util";
 import {
   DomainState,
   ErrorCode,
@@ -34,6 +38,8 @@ import {
   uniqueName,
   volumeXml,
 } from "./helpers";
+
+const run = promisify(execFile);
 
 export function describeLibvirtAgainstLab(
   transportName: string,
@@ -154,6 +160,16 @@ export function describeLibvirtAgainstLab(
         flags: 0,
       });
       assert.deepEqual(leases, []);
+      const agentCommand = await rejectionOf(
+        conn.call(Procedures.qemuDomainAgentCommand, {
+          dom: byName,
+          cmd: '{"execute":"guest-ping"}',
+          timeout: 5,
+          flags: 0,
+        }),
+      );
+      assert.ok(agentCommand instanceof LibvirtError, agentCommand.message);
+      assert.match(agentCommand.libvirtMessage, /guest agent is not configured/);
       const hostnameError = await rejectionOf(
         conn.call(Procedures.domainGetHostname, { dom: byName, flags: 0 }),
       );
@@ -197,6 +213,43 @@ export function describeLibvirtAgainstLab(
       await conn.call(Procedures.domainUndefine, { dom });
       const gone = await rejectionOf(conn.call(Procedures.domainLookupByUuid, { uuid: dom.uuid }));
       assert.ok(gone instanceof LibvirtError && gone.code === ErrorCode.NO_DOMAIN, gone.message);
+    });
+
+    it("looks up a libvirt-managed network and reads its DHCP leases (none yet)", async () => {
+      const suffix = Math.random().toString(36).slice(2, 8);
+      const name = `egress-rpc-test-net-${suffix}`;
+      const xml =
+        `<network><name>${name}</name><bridge name='egt${suffix}'/>` +
+        `<ip address='203.0.113.1' netmask='255.255.255.0'>` +
+        `<dhcp><range start='203.0.113.100' end='203.0.113.120'/></dhcp></ip></network>`;
+      const file = join(lab.labDir, `${name}.xml`);
+      writeFileSync(file, xml);
+      // Setup only: the client has no network-creation procedure (the provider never creates networks).
+      await run("virsh", ["-q", "-c", lab.uri, "net-create", file]);
+      try {
+        const net = await conn.call(Procedures.networkLookupByName, { name });
+        assert.equal(net.name, name);
+        const count = await conn.call(Procedures.networkGetDhcpLeases, {
+          net,
+          mac: null,
+          needResults: 0,
+          flags: 0,
+        });
+        assert.deepEqual(count, { leases: [], ret: 0 });
+        const leases = await conn.call(Procedures.networkGetDhcpLeases, {
+          net,
+          mac: "52:54:00:00:00:01",
+          needResults: 1,
+          flags: 0,
+        });
+        assert.deepEqual(leases, { leases: [], ret: 0 });
+      } finally {
+        await run("virsh", ["-q", "-c", lab.uri, "net-destroy", name]);
+        rmSync(file, { force: true });
+      }
+      const missing = await rejectionOf(conn.call(Procedures.networkLookupByName, { name }));
+      assert.ok(missing instanceof LibvirtError);
+      assert.match(missing.libvirtMessage, /Network not found/);
     });
 
     it("looks up, refreshes and reads the storage pool; a missing pool is a typed error", async () => {
