@@ -178,6 +178,9 @@ export function describeLibvirtAgainstLab(
       // A shutdown request is accepted even though nothing in the guest listens for ACPI.
       await conn.call(Procedures.domainShutdownFlags, { dom: byName, flags: 0 });
       await conn.call(Procedures.domainShutdown, { dom: byName });
+      // Still running (not paused, not off): the calls were the shutdown requests and nothing else.
+      state = await conn.call(Procedures.domainGetState, { dom: byName, flags: 0 });
+      assert.equal(state.state, DomainState.RUNNING);
       await conn.call(Procedures.domainDestroyFlags, { dom: byName, flags: 0 });
       state = await conn.call(Procedures.domainGetState, { dom: byName, flags: 0 });
       assert.equal(state.state, DomainState.SHUTOFF);
