@@ -95,10 +95,12 @@ abstract class StreamMachine<Phase extends string> implements SerialHandler {
   /** Handles the REPLY that arrives after we already gave up on the call. */
   protected handleLateReply(packet: Packet): boolean {
     if (!this.finished) return false;
-    if (this.abortOnLateReply && packet.header.status === MessageStatus.OK)
-      this.port.send(MessageStatus.ERROR);
-    this.abortOnLateReply = false;
-    this.port.release();
+    if (this.abortOnLateReply) {
+      // We kept listening only for this reply: abort the stream it opened, then let go.
+      if (packet.header.status === MessageStatus.OK) this.port.send(MessageStatus.ERROR);
+      this.abortOnLateReply = false;
+      this.port.release();
+    }
     return true;
   }
 
