@@ -173,7 +173,13 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
     if (this.handleLateReply(packet)) return;
     if (this.phase !== "awaiting-reply") return;
     if (packet.header.status !== MessageStatus.OK) {
-      this.fail(decodeLibvirtError(this.procedure, packet.body));
+      this.fail(this.abortReason ?? decodeLibvirtError(this.procedure, packet.body));
+      return;
+    }
+    if (this.abortReason) {
+      // The source failed while the call was on its way: the daemon has just opened the
+      // stream, so abort it and wait for the confirmation like any other source failure.
+      this.startAbort(this.abortReason);
       return;
     }
     this.phase = "sending";
@@ -208,7 +214,7 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
     if (this.finished) return;
     if (this.phase === "awaiting-reply") {
       this.abortOnLateReply = true;
-      this.fail(error);
+      this.fail(this.abortReason ?? error);
     } else if (this.phase === "aborting") {
       this.fail(this.abortReason ?? error);
     } else {
@@ -257,14 +263,18 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
 
   private sourceFailed(cause: unknown): void {
     if (this.finished || this.phase === "aborting" || this.phase === "finishing") return;
+    if (this.abortReason) return;
     const error = new LibvirtStreamEndpointError(this.procedure, "source", { cause });
-    if (this.phase === "awaiting-reply") {
-      this.abortOnLateReply = true;
-      this.fail(error);
-      return;
-    }
-    // Tell the daemon to discard the stream and wait (briefly) for it to confirm, so the
-    // volume is no longer being written when the caller goes on to delete or rebuild it.
+    // Before the reply there is no stream to abort yet: remember why, and abort once it exists.
+    if (this.phase === "awaiting-reply") this.abortReason = error;
+    else this.startAbort(error);
+  }
+
+  /**
+   * Tells the daemon to discard the stream and waits (briefly) for it to confirm, so the
+   * volume is no longer being written when the caller goes on to delete or rebuild it.
+   */
+  private startAbort(error: Error): void {
     this.phase = "aborting";
     this.abortReason = error;
     this.port.send(MessageStatus.ERROR);

@@ -4,7 +4,9 @@
  * speaks stands in for a host that is up but wedged.
  */
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { createServer, type Server, type Socket } from "node:net";
+import { resolve } from "node:path";
 import { classifyLibvirtError } from "../../provider/kvm/classify";
 import {
   LibvirtTransportError,
@@ -173,6 +175,47 @@ describe("libvirt over SSH when the link fails", function () {
       assert.equal(classifyLibvirtError(error).errorClass, "Transient");
       assert.match(error.message, /127\.0\.0\.1/);
     });
+  });
+
+  it("lets a process exit on its own after calls, a timeout, a failed upload and close (no --exit)", async () => {
+    const script = `
+      const { openLibvirtOverSsh, LibvirtConnectionPool, sshTargetKey } = require(${JSON.stringify(resolve(__dirname, "../../provider/ssh"))});
+      const { Procedures } = require(${JSON.stringify(resolve(__dirname, "../../provider/libvirt-rpc-xdr"))});
+      const { Readable } = require("node:stream");
+      const target = ${JSON.stringify({ ...labSshTarget(lab), privateKey: undefined })};
+      target.privateKey = require("node:fs").readFileSync(${JSON.stringify(lab.clientKey)}, "utf8");
+      (async () => {
+        const pool = new LibvirtConnectionPool({ keyOf: sshTargetKey, dial: (t) => openLibvirtOverSsh(t) });
+        await pool.run(target, (c) => c.call(Procedures.connectGetHostname, undefined, { timeoutMs: 120000 }));
+        const conn = await openLibvirtOverSsh(target);
+        await conn.call(Procedures.connectGetCapabilities, undefined, { timeoutMs: 0 }).catch(() => undefined);
+        const pool0 = await conn.call(Procedures.storagePoolLookupByName, { name: ${JSON.stringify(lab.pool)} });
+        const vol = await conn.call(Procedures.storageVolCreateXml, { pool: pool0, xml: ${JSON.stringify(volumeXml(uniqueName("exit"), MIB))}, flags: 0 });
+        const failing = new Readable({ read() { this.destroy(new Error("boom")); } });
+        await conn.upload({ vol }, failing, { timeoutMs: 120000 }).catch(() => undefined);
+        await conn.call(Procedures.storageVolDelete, { vol, flags: 0 });
+        await conn.close();
+        await pool.closeAll();
+        console.log("finished");
+      })().catch((e) => { console.error(e); process.exit(3); });`;
+    const started = Date.now();
+    const { code, stdout } = await new Promise<{ code: number | null; stdout: string }>(
+      (resolvePromise) => {
+        const child = spawn(process.execPath, ["-e", script], {
+          stdio: ["ignore", "pipe", "inherit"],
+        });
+        let out = "";
+        child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+        const killer = setTimeout(() => child.kill("SIGKILL"), 15_000);
+        child.on("exit", (exitCode) => {
+          clearTimeout(killer);
+          resolvePromise({ code: exitCode, stdout: out });
+        });
+      },
+    );
+    assert.match(stdout, /finished/);
+    assert.equal(code, 0, "exited by itself, nothing kept it alive");
+    assert.ok(Date.now() - started < 10_000, `took ${Date.now() - started} ms to exit`);
   });
 
   it("leaves no socket of its own open once its connections are closed", async () => {

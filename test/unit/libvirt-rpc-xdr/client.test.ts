@@ -330,6 +330,32 @@ describe("libvirt connection over a scripted peer", () => {
       conn.destroy();
     });
 
+    it("when the source fails before the call's reply, aborts the stream once it exists and waits for the daemon", async () => {
+      const daemon = new FakeDaemon();
+      const conn = await daemon.open();
+      const failing = new Readable({
+        read() {
+          this.destroy(new Error("image download failed"));
+        },
+      });
+      let settled = false;
+      const upload = conn.upload({ vol }, failing);
+      void upload.catch(() => (settled = true));
+      const call = await daemon.nextCall(208);
+      await tick(5);
+      assert.equal(settled, false, "still waiting: the daemon is about to open the stream");
+      daemon.reply(call);
+      const abort = await daemon.nextStream(call.header.serial, MessageStatus.ERROR);
+      assert.equal(abort.body.length, 0);
+      await tick(5);
+      assert.equal(settled, false, "waits for the daemon to confirm the abort");
+      daemon.stream(call, MessageStatus.OK);
+      const error = await rejectionOf(upload);
+      assert.ok(error instanceof LibvirtStreamEndpointError);
+      assert.match(error.message, /image download failed/);
+      conn.destroy();
+    });
+
     it("gives up waiting for an abort confirmation after the grace period", async () => {
       const daemon = new FakeDaemon();
       const conn = await daemon.open({ stream: { abortGraceMs: 30 } });
