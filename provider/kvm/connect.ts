@@ -1,12 +1,20 @@
 /**
  * One libvirt connection per host for the whole provider process: the
  * dynamic provider serves every KvmProxy of a `pulumi up` from one process,
- * so ten proxies on one host share one link. A link that died is dialled
- * again on the next use; nothing here is captured by the serialized provider.
+ * so ten proxies on one host share one SSH login and one libvirt link. A
+ * dead link is dialled again on the next use; an idle one is closed so the
+ * process can exit. Nothing here is captured by the serialized provider.
  */
 import type { Deadline } from "../common/deadline";
+import { SecretValue } from "../common/redact";
 import type { LibvirtConnection } from "../libvirt-rpc-xdr";
-import { openLocalLibvirt } from "../ssh/local";
+import {
+  LibvirtConnectionPool,
+  openLibvirtOverSsh,
+  openLocalLibvirt,
+  sshTargetKey,
+  type SshTarget,
+} from "../ssh";
 import { classifyLibvirtError } from "./classify";
 import { LibvirtHost } from "./host";
 import { hostLabel } from "./naming";
@@ -21,61 +29,58 @@ export interface HostSession {
 }
 
 type HostTarget = Pick<KvmProxyInputs, "connection" | "socketPath">;
+type DialTarget =
+  { kind: "local"; socketPath: string } | ({ kind: "ssh"; dialTimeoutMs: number } & SshTarget);
 
-const links = new Map<string, Promise<LibvirtConnection>>();
-
-function hostKeyOf(target: HostTarget): string {
-  return target.connection === undefined
-    ? `unix:${target.socketPath}`
-    : `ssh:${target.connection.user}@${target.connection.host}:${target.connection.port}:${target.socketPath}`;
-}
-
-async function dial(
-  target: HostTarget,
-  key: string,
-  deadline: Deadline,
-): Promise<LibvirtConnection> {
-  const forget = () => {
-    links.delete(key);
+function dialTargetOf(target: HostTarget): DialTarget {
+  const { connection, socketPath } = target;
+  if (connection === undefined) return { kind: "local", socketPath };
+  return {
+    kind: "ssh",
+    host: connection.host,
+    port: connection.port,
+    username: connection.user,
+    socketPath,
+    dialTimeoutMs: connection.dialTimeoutSeconds * 1000,
+    insecureSkipHostKeyVerification: connection.insecureIgnoreHostKey,
+    ...(connection.privateKey !== undefined
+      ? { privateKey: new SecretValue(connection.privateKey) }
+      : {}),
+    ...(connection.passphrase !== undefined
+      ? { passphrase: new SecretValue(connection.passphrase) }
+      : {}),
+    ...(connection.knownHosts !== undefined ? { knownHosts: connection.knownHosts } : {}),
+    ...(connection.agentSocket !== undefined ? { agentSocket: connection.agentSocket } : {}),
   };
-  if (target.connection !== undefined)
-    throw new Error("SSH hosts are reached through provider/ssh; see connectRemote");
-  return openLocalLibvirt({
-    socketPath: target.socketPath,
-    connectTimeoutMs: deadline.capped(10_000),
-    handshakeTimeoutMs: deadline.capped(15_000),
-    onClosed: forget,
-  });
 }
 
-async function connection(target: HostTarget, deadline: Deadline): Promise<LibvirtConnection> {
-  const key = hostKeyOf(target);
-  let pending = links.get(key);
-  if (pending === undefined) {
-    pending = dial(target, key, deadline);
-    links.set(key, pending);
-    // A failed dial must not stay cached: the next caller dials again.
-    pending.catch(() => links.delete(key));
-  }
-  try {
-    return await pending;
-  } catch (error) {
-    throw classifyLibvirtError(error, {
-      operation: "connect",
-      resource: hostLabel(target.connection),
-    });
-  }
-}
+const keyOf = (target: DialTarget): string =>
+  target.kind === "local" ? `unix:${target.socketPath}` : `ssh:${sshTargetKey(target)}`;
+
+const links = new LibvirtConnectionPool<DialTarget>({
+  keyOf,
+  dial: (target) =>
+    target.kind === "local"
+      ? openLocalLibvirt({ socketPath: target.socketPath })
+      : openLibvirtOverSsh(target, { handshakeTimeoutMs: target.dialTimeoutMs }),
+});
+
+/** How many links were dialled in this process (tests check that ten creates share one). */
+export const dialCount = (): number => links.dialCount;
 
 export async function openHost(target: HostTarget, deadline: Deadline): Promise<HostSession> {
   const label = hostLabel(target.connection);
-  const link = await connection(target, deadline);
-  return { host: new LibvirtHost(link, label, deadline), hostKey: hostKeyOf(target), label };
+  const dialTarget = dialTargetOf(target);
+  let link: LibvirtConnection;
+  try {
+    link = await links.get(dialTarget, { timeoutMs: deadline.capped(60_000) });
+  } catch (error) {
+    throw classifyLibvirtError(error, { operation: "connect", resource: label });
+  }
+  return { host: new LibvirtHost(link, label, deadline), hostKey: keyOf(dialTarget), label };
 }
 
 /** Closes every pooled link (tests, and the end of a provider process). */
-export async function closeAllHosts(): Promise<void> {
-  const pending = [...links.values()];
-  links.clear();
-  await Promise.all(pending.map((link) => link.then((c) => c.close()).catch(() => undefined)));
+export function closeAllHosts(): Promise<void> {
+  return links.closeAll();
 }

@@ -15,6 +15,7 @@ import {
   type MarkReading,
   type OwnershipMark,
 } from "../common/mark";
+import { logToEngine } from "../common/engine-log";
 import { PartialCreateError } from "../common/partial-create";
 import { fetchThroughProxy } from "../common/proxy-probe";
 import { waitForTcpPort } from "../common/readiness";
@@ -52,9 +53,9 @@ export interface KvmProxyOutputs extends KvmProxyInputs {
   libvirtUuid: string;
 }
 
-/** Progress lines for the user's `pulumi up`; the resource wires them to the engine log. */
+/** Progress lines for the user's `pulumi up` (the engine's log when running under Pulumi). */
 export type ProgressLog = (message: string) => void;
-let progressLog: ProgressLog = () => undefined;
+let progressLog: ProgressLog = (message) => logToEngine(`KvmProxy: ${message}`);
 export function setProgressLog(log: ProgressLog): void {
   progressLog = log;
 }

@@ -15,6 +15,8 @@ import { Struct } from "google-protobuf/google/protobuf/struct_pb";
 import { Status } from "@pulumi/pulumi/proto/status_pb";
 import * as providerRpc from "@pulumi/pulumi/proto/provider_grpc_pb";
 import * as providerProto from "@pulumi/pulumi/proto/provider_pb";
+import * as engineRpc from "@pulumi/pulumi/proto/engine_grpc_pb";
+import { Empty } from "google-protobuf/google/protobuf/empty_pb";
 
 /**
  * Does what the Pulumi engine does with a dynamic resource, using the SDK's own
@@ -257,10 +259,11 @@ export class DynamicProviderServer {
       stack: "engine-test",
     },
     env: NodeJS.ProcessEnv = process.env,
+    /** What the engine passes as the provider's first argument; a FakeEngine's address to see logs. */
+    engineAddress = "127.0.0.1:1",
   ): Promise<DynamicProviderServer> {
     const entry = require.resolve("@pulumi/pulumi/cmd/dynamic-provider", { paths: [project.dir] });
-    // The second argument is the engine address; nothing here dials it.
-    const child = spawn(process.execPath, [entry, "127.0.0.1:1"], {
+    const child = spawn(process.execPath, [entry, engineAddress], {
       cwd: project.dir,
       env: { ...env, PULUMI_NODEJS_PROJECT: identity.project, PULUMI_NODEJS_STACK: identity.stack },
       stdio: ["ignore", "pipe", "pipe"],
@@ -455,4 +458,45 @@ function engineError(error: grpc.ServiceError): EngineCallError {
 
 function toStruct(props: Props): Struct {
   return Struct.fromJavaScript(JSON.parse(JSON.stringify(props)) as never);
+}
+
+/**
+ * The engine's own gRPC service, reduced to what a provider calls on it: Log.
+ * Records every line so tests can prove progress reaches `pulumi up` output.
+ */
+export class FakeEngine {
+  private constructor(
+    private readonly server: grpc.Server,
+    readonly address: string,
+    /** Every line the provider logged, in order. */
+    readonly logs: Array<{ severity: number; message: string; ephemeral: boolean }>,
+  ) {}
+
+  static async start(): Promise<FakeEngine> {
+    const server = new grpc.Server();
+    const logs: Array<{ severity: number; message: string; ephemeral: boolean }> = [];
+    server.addService(engineRpc.EngineService as unknown as grpc.ServiceDefinition, {
+      log: (
+        call: { request: { getSeverity(): number; getMessage(): string; getEphemeral(): boolean } },
+        callback: (error: null, reply: unknown) => void,
+      ) => {
+        logs.push({
+          severity: call.request.getSeverity(),
+          message: call.request.getMessage(),
+          ephemeral: call.request.getEphemeral(),
+        });
+        callback(null, new Empty());
+      },
+    });
+    const port = await new Promise<number>((resolvePort, reject) =>
+      server.bindAsync("127.0.0.1:0", grpc.ServerCredentials.createInsecure(), (error, bound) =>
+        error ? reject(error) : resolvePort(bound),
+      ),
+    );
+    return new FakeEngine(server, `127.0.0.1:${port}`, logs);
+  }
+
+  stop(): Promise<void> {
+    return new Promise((resolveStop) => this.server.tryShutdown(() => resolveStop()));
+  }
 }

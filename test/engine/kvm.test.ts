@@ -11,6 +11,7 @@ import { ensureProxyImage, serveImage, type RunningServer } from "../lab/kvm-sup
 import {
   captureResourceInputs,
   DynamicProviderServer,
+  FakeEngine,
   packIntoConsumerProject,
   type ConsumerProject,
   type Props,
@@ -25,6 +26,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
   let imageServer: RunningServer;
   let imageSha256: string;
   const servers: DynamicProviderServer[] = [];
+  const engines: FakeEngine[] = [];
 
   before(async () => {
     lab = await useLab();
@@ -36,6 +38,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
 
   after(async () => {
     await Promise.all(servers.map((server) => server.stop()));
+    await Promise.all(engines.map((engine) => engine.stop()));
     await imageServer?.close();
     project?.remove();
   });
@@ -116,7 +119,15 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
   });
 
   it("Configure → Check → Diff → Create → Read → Update → Delete against the lab over SSH", async () => {
-    const server = await startServer();
+    const engine = await FakeEngine.start();
+    const server = await DynamicProviderServer.start(
+      project,
+      undefined,
+      process.env,
+      engine.address,
+    );
+    servers.push(server);
+    engines.push(engine);
     await server.configure({});
     const captured = captureResourceInputs(project, "KvmProxy", "edge-b", programArgs());
     const { urn } = captured;
@@ -130,6 +141,11 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     assert.equal(outputs.state, "running");
     assert.equal(outputs.__provider, inputs.__provider);
     assert.match(String(outputs.libvirtUuid), /^[0-9a-f-]{36}$/);
+    // Download progress reached the engine's log, as `pulumi up` shows it.
+    assert.ok(
+      engine.logs.some((line) => /KvmProxy: .*MiB.* at .*MiB\/s/.test(line.message)),
+      `progress lines: ${JSON.stringify(engine.logs.map((line) => line.message))}`,
+    );
 
     // The same program again: same name, no changes.
     const again = await server.check(urn, inputs, captured.inputs);

@@ -6,12 +6,18 @@
  */
 import { strict as assert } from "node:assert";
 import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { errorClassOf } from "../../provider/common/errors";
 import { fetchThroughProxy } from "../../provider/common/proxy-probe";
 import { createMark } from "../../provider/common/mark";
-import { closeAllHosts } from "../../provider/kvm/connect";
+import { closeAllHosts, dialCount } from "../../provider/kvm/connect";
 import { buildDomainXml } from "../../provider/kvm/domain-xml";
-import { BASE_IMAGE_PREFIX, overlayVolumeName, seedVolumeName } from "../../provider/kvm/naming";
+import {
+  baseImageMarkerName,
+  baseImageVolumeName,
+  overlayVolumeName,
+  seedVolumeName,
+} from "../../provider/kvm/naming";
 import * as kvm from "../../provider/kvm/provider";
 import { Procedures, type LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
 import { openLocalLibvirt } from "../../provider/ssh/local";
@@ -46,26 +52,38 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
     target = await serveTarget(hostAddress, "hello through the egress proxy\n");
     inspector = await openLocalLibvirt({ socketPath: lab.libvirtSocket });
     kvm.setProgressLog((line) => progress.push(line));
-    await removeBaseImages();
   });
 
   const cleanups: Array<() => Promise<void>> = [];
   after(async () => {
     for (const cleanup of cleanups) await cleanup().catch(() => undefined);
+    if (imageServer)
+      for (const url of [imageServer.url, parallelImageUrl()])
+        await removeBaseImage(url).catch(() => undefined);
     await inspector?.close();
     await closeAllHosts();
     await imageServer?.close();
     await target?.close();
   });
 
-  /** Every base image in the test pool goes, so the first create really downloads. */
-  async function removeBaseImages(): Promise<void> {
+  /**
+   * The image server listens on a new port each run, so each run's image URL,
+   * and so its base volume, is new: the first create really downloads. Other
+   * runs' bases (a concurrent run, say) are left alone; this run's go at the end.
+   */
+  async function removeBaseImage(url: string): Promise<void> {
     const pool = await inspector.call(Procedures.storagePoolLookupByName, { name: lab.pool });
-    for (const name of volumeNames().filter((n) => n.startsWith(BASE_IMAGE_PREFIX))) {
-      const vol = await inspector.call(Procedures.storageVolLookupByName, { pool, name });
-      await inspector.call(Procedures.storageVolDelete, { vol, flags: 0 });
+    const base = baseImageVolumeName({ url, sha256: image.sha256, format: "qcow2" });
+    for (const name of [base, baseImageMarkerName(base)]) {
+      const vol = await inspector
+        .call(Procedures.storageVolLookupByName, { pool, name })
+        .catch(() => undefined);
+      if (vol) await inspector.call(Procedures.storageVolDelete, { vol, flags: 0 });
     }
   }
+
+  /** The same bytes under another URL: a separate cache entry for the parallel test. */
+  const parallelImageUrl = (): string => `${imageServer.url}?set=parallel`;
 
   function volumeNames(): string[] {
     return execFileSync("virsh", ["-q", "-c", "qemu:///system", "vol-list", lab.pool])
@@ -106,15 +124,31 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
     return inputs;
   }
 
-  it("boots a proxy from a real seed, learns its address from the agent, serves HTTP through squid, and deletes cleanly", async () => {
+  /** The lab's sshd, as a user would describe their hypervisor. */
+  function sshConnection(): Record<string, unknown> {
+    return {
+      host: lab.sshHost,
+      port: lab.sshPort,
+      user: lab.sshUser,
+      privateKey: readFileSync(lab.clientKey, "utf8"),
+      knownHosts: readFileSync(lab.knownHosts, "utf8"),
+    };
+  }
+
+  it("boots a proxy over SSH from a real seed, learns its address from the agent, serves HTTP through squid, and deletes cleanly", async () => {
     const inputs = await checked(
-      userInputs({ readiness: { mode: "port", port: 3128, probeUrl: target.url } }),
+      userInputs({
+        connection: sshConnection(),
+        readiness: { mode: "port", port: 3128, probeUrl: target.url },
+      }),
     );
     const vmName = inputs.vmName as string;
-    cleanups.push(() => kvm.remove(`hosts/local/domains/${vmName}`, inputs));
+    const id0 = `hosts/${lab.sshHost}:${lab.sshPort}/domains/${vmName}`;
+    cleanups.push(() => kvm.remove(id0, inputs));
     const { id, outs } = await kvm.create(inputs);
 
-    assert.equal(id, `hosts/local/domains/${vmName}`);
+    assert.equal(id, id0);
+    assert.equal(outs.host, `${lab.sshHost}:${lab.sshPort}`);
     assert.equal(outs.state, "running");
     assert.match(String(outs.ip), /^198\.51\.100\.(1\d\d)$/);
     assert.equal(outs.endpoint, `http://${outs.ip}:3128`);
@@ -229,5 +263,46 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
     } finally {
       await inspector.call(Procedures.domainUndefine, { dom });
     }
+  });
+
+  it("creates ten proxies at once on one host with one download and one SSH login", async () => {
+    const getsBefore = imageServer.requests.filter((r) => r.method === "GET").length;
+    const dialsBefore = dialCount();
+    await closeAllHosts();
+    const names = Array.from({ length: 10 }, (_, i) => `parallel-${i}`);
+    const all = await Promise.all(
+      names.map((vmName) =>
+        checked(
+          userInputs({
+            vmName,
+            image: { url: parallelImageUrl(), sha256: image.sha256 },
+            connection: sshConnection(),
+            memoryMiB: 256,
+            readiness: { mode: "none" },
+          }),
+        ),
+      ),
+    );
+    for (const inputs of all)
+      cleanups.push(() =>
+        kvm.remove(`hosts/${lab.sshHost}:${lab.sshPort}/domains/${inputs.vmName}`, inputs),
+      );
+    const created = await Promise.all(all.map((inputs) => kvm.create(inputs)));
+    try {
+      assert.equal(
+        imageServer.requests.filter((r) => r.method === "GET").length - getsBefore,
+        1,
+        "one image download",
+      );
+      assert.equal(dialCount() - dialsBefore, 1, "one SSH login for all ten");
+      for (const name of names) {
+        const dom = await inspector.call(Procedures.domainLookupByName, { name });
+        const { state } = await inspector.call(Procedures.domainGetState, { dom, flags: 0 });
+        assert.equal(state, 1, `${name} is running`);
+      }
+    } finally {
+      await Promise.all(created.map(({ id, outs }) => kvm.remove(id, outs)));
+    }
+    for (const name of names) assert.equal(await domainExists(name), false);
   });
 });

@@ -85,7 +85,8 @@ export async function serveImage(
   const server = createServer((req, res) => {
     requests.push({ method: req.method ?? "", url: req.url ?? "" });
     if (req.method !== "GET") return void res.writeHead(405).end();
-    if (req.url !== "/debian-proxy-base.qcow2") return void res.writeHead(404).end();
+    // Any query string: tests that need a fresh cache entry ask for the same bytes under a new URL.
+    if (!req.url?.startsWith("/debian-proxy-base.qcow2")) return void res.writeHead(404).end();
     res.writeHead(
       200,
       options.chunked

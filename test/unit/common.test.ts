@@ -34,6 +34,7 @@ import {
   safeErrorMessage,
 } from "../../provider/common/redact";
 import { packageVersion } from "../../provider/common/version";
+import { engineAddressOfThisProcess } from "../../provider/common/engine-log";
 
 describe("error taxonomy", () => {
   it("prefixes the operation and resource and keeps the cause", () => {
@@ -204,6 +205,32 @@ describe("redaction", () => {
     assert.equal(
       safeErrorMessage(new Error("login as admin:pw1234 failed"), ["pw1234"]),
       `login as admin:${REDACTED} failed`,
+    );
+  });
+});
+
+describe("engine log", () => {
+  it("finds the engine address only in Pulumi's dynamic-provider process", () => {
+    assert.equal(
+      engineAddressOfThisProcess([
+        "node",
+        "/p/node_modules/@pulumi/pulumi/cmd/dynamic-provider",
+        "127.0.0.1:41235",
+      ]),
+      "127.0.0.1:41235",
+    );
+    assert.equal(
+      engineAddressOfThisProcess([
+        "node",
+        "/p/node_modules/@pulumi/pulumi/cmd/dynamic-provider/index.js",
+        "127.0.0.1:9",
+      ]),
+      "127.0.0.1:9",
+    );
+    assert.equal(engineAddressOfThisProcess(["node", "/usr/bin/mocha", "127.0.0.1:9"]), undefined);
+    assert.equal(
+      engineAddressOfThisProcess(["node", "/x/cmd/dynamic-provider", "--flag"]),
+      undefined,
     );
   });
 });
