@@ -55,6 +55,13 @@ export function classifyLibvirtError(
     ) {
       return new TransientError(detail, full);
     }
+    // A volume whose cancelled stream the daemon has not torn down yet: it will be free shortly.
+    if (
+      error.code === ErrorCode.OPERATION_INVALID &&
+      /is still in use/.test(error.libvirtMessage)
+    ) {
+      return new TransientError(detail, full);
+    }
     // The daemon's own RPC layer failing (e.g. a stream it could not keep up) is about the link.
     if (error.code === ErrorCode.RPC && !/authentication/i.test(error.libvirtMessage)) {
       return new TransientError(detail, full);

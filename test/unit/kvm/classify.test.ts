@@ -42,6 +42,14 @@ describe("classifyLibvirtError", () => {
     ["access denied", daemon(ErrorCode.ACCESS_DENIED), "Permanent"],
     ["operation invalid", daemon(ErrorCode.OPERATION_INVALID), "Permanent"],
     [
+      "volume still held by a cancelled stream",
+      daemon(
+        ErrorCode.OPERATION_INVALID,
+        "Requested operation is not valid: volume 'v' is still in use.",
+      ),
+      "Transient",
+    ],
+    [
       "domain exists",
       daemon(ErrorCode.OPERATION_FAILED, "domain 'x' already exists with uuid"),
       "Permanent",
