@@ -85,7 +85,9 @@ fi
 mountpoint -q "$LAB/tiny-pool" || mount -t tmpfs -o size=${TINY_MIB}m,mode=0711 egress-lab-tiny "$LAB/tiny-pool"
 # libvirt's NAT network "default" must never start: it would try to reach an uplink.
 rm -f /etc/libvirt/qemu/networks/autostart/default.xml
-if [ -f /run/libvirtd.pid ] && [ -d "/proc/$(cat /run/libvirtd.pid)" ] && ! alive libvirtd libvirtd; then
+# A pid file left by a killed libvirtd may name a PID that now belongs to something else: check the name.
+if [ -f /run/libvirtd.pid ] && [ "$(cat "/proc/$(cat /run/libvirtd.pid)/comm" 2>/dev/null)" = libvirtd ] &&
+  ! alive libvirtd libvirtd; then
   fail "a libvirtd this lab did not start is running (pid $(cat /run/libvirtd.pid)); stop it first"
 fi
 if ! alive virtlogd virtlogd; then
