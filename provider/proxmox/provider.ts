@@ -9,6 +9,7 @@ import {
   OwnerIdentity,
   OwnershipMark,
 } from "../common/mark";
+import { logToEngine } from "../common/engine-log";
 import { newVmName } from "../common/names";
 import { PartialCreateError } from "../common/partial-create";
 import { waitForTcpPort } from "../common/readiness";
@@ -64,6 +65,11 @@ import { vmidCandidates } from "./vmid";
  */
 
 type Props = Record<string, unknown>;
+
+/** A progress line in the user's `pulumi up` output (redacted; a no-op outside a provider process). */
+function progress(vmName: string, message: string): void {
+  logToEngine(`ProxmoxProxy ${vmName}: ${message}`);
+}
 
 // ---------------------------------------------------------------- configure
 
@@ -121,28 +127,23 @@ export async function create(inputs: Props): Promise<{ id: string; outs: Proxmox
   const client = clientFor(spec);
   const deadline = Deadline.afterSeconds(spec.timeouts.createSeconds, "timeouts.createSeconds");
   const where = `VM ${spec.vmName} on node ${spec.node}`;
-  const vm = await retrying("clone", deadline, () => ensureVm(client, spec, deadline)).catch(
-    (error) => {
-      throw error instanceof PartialCreateError
-        ? error
-        : withContext(error, { operation: "create", resource: where });
-    },
-  );
+  const step = stepsWithin(deadline, spec.vmName);
+  const vm = await step("clone", () => ensureVm(client, spec, deadline)).catch((error) => {
+    throw error instanceof PartialCreateError
+      ? error
+      : withContext(error, { operation: "create", resource: where });
+  });
   const id = resourceId(vm.ref);
   let outs = initialOutputs(spec, vm);
   try {
-    const seed = await retrying("upload seed", deadline, () =>
-      uploadSeed(client, seedSpec(spec), deadline),
-    );
+    progress(spec.vmName, `uploading the seed to ${spec.seedStorage}`);
+    const seed = await step("upload seed", () => uploadSeed(client, seedSpec(spec), deadline));
     outs = { ...outs, seedSha256: seed.sha256 };
-    const config = await retrying("configure", deadline, () =>
-      configureVm(client, spec, vm, seed, deadline),
-    );
+    const config = await step("configure", () => configureVm(client, spec, vm, seed, deadline));
     outs = { ...outs, mac: macOf(config) ?? null };
-    await retrying("resize", deadline, () =>
-      resizeBootDisk(client, spec, vm.ref, config, deadline),
-    );
-    await retrying("start", deadline, () => ensureRunning(client, vm.ref, deadline));
+    await step("resize", () => resizeBootDisk(client, spec, vm.ref, config, deadline));
+    await step("start", () => ensureRunning(client, vm.ref, deadline));
+    progress(spec.vmName, `VMID ${vm.ref.vmid} is running`);
     outs = { ...outs, state: "running" };
     return { id, outs: await becomeReady(client, spec, vm.ref, outs) };
   } catch (error) {
@@ -178,15 +179,22 @@ async function ensureVm(
     const existing = entries.find(
       (entry) => entry.node === spec.node && entry.name === spec.vmName,
     );
-    if (existing !== undefined)
+    if (existing !== undefined) {
+      progress(spec.vmName, `found VMID ${existing.vmid} from an earlier attempt; adopting it`);
       return adoptExisting(client, spec, { node: spec.node, vmid: existing.vmid }, deadline);
+    }
     const choice = await chooseVmid(client, spec, entries, deadline);
     if (choice.busy) {
+      progress(
+        spec.vmName,
+        `VMID ${choice.ref.vmid} is being cloned (maybe by an earlier attempt); waiting`,
+      );
       await waitUntilUnlocked(client, choice.ref, deadline).catch(ignoreNotFound);
       continue;
     }
     const mark = createMark(spec.owner);
     try {
+      progress(spec.vmName, `cloning template ${spec.templateVmid} into VMID ${choice.ref.vmid}`);
       const upid = await startClone(
         client,
         {
@@ -353,6 +361,7 @@ async function resizeBootDisk(
     throw new PermanentError(
       `diskGiB ${spec.diskGiB} is smaller than the template's ${disk} (${(current / GIB).toFixed(1)} GiB); set diskGiB to at least ${Math.ceil(current / GIB)} or leave it unset`,
     );
+  progress(spec.vmName, `resizing ${disk} to ${spec.diskGiB} GiB`);
   await resizeDisk(client, ref, disk, spec.diskGiB, deadline);
 }
 
@@ -378,7 +387,9 @@ async function becomeReady(
   const deadline = Deadline.afterSeconds(spec.timeouts.readySeconds, "timeouts.readySeconds");
   if (outs.mac === null)
     throw new PermanentError(`VM ${ref.vmid} has no usable net0 to read its address from`);
+  progress(spec.vmName, "waiting for the guest agent to report the address");
   const ip = await waitForAgentAddress(client, ref, outs.mac, deadline);
+  progress(spec.vmName, `address ${ip}`);
   const withAddress = { ...outs, ip, endpoint: `http://${ip}:${spec.readiness.port}` };
   if (spec.readiness.mode === "address") return withAddress;
   try {
@@ -407,15 +418,16 @@ export async function read(
   const ref = parseResourceId(id);
   const client = clientFor(props as ConnectionInputs);
   const deadline = new Deadline(60_000, "the 60 s refresh budget");
-  const status = await retrying("read status", deadline, () =>
-    getStatus(client, ref, deadline),
-  ).catch(notFoundAsUndefined);
+  const step = stepsWithin(deadline);
+  const status = await step("read status", () => getStatus(client, ref, deadline)).catch(
+    notFoundAsUndefined,
+  );
   if (status === undefined) return { props: {} };
   if (status.lock !== undefined && status.lock !== "")
     return { id, props: { ...props, state: `locked (${status.lock})` }, inputs: inputsOf(props) };
-  const config = await retrying("read config", deadline, () =>
-    getConfig(client, ref, deadline),
-  ).catch(notFoundAsUndefined);
+  const config = await step("read config", () => getConfig(client, ref, deadline)).catch(
+    notFoundAsUndefined,
+  );
   if (config === undefined) return { props: {} };
   const expectedName = typeof props.vmName === "string" ? props.vmName : config.name;
   // Our VM was deleted and the VMID reused by someone else's: ours is gone.
@@ -480,8 +492,9 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
     const ref = parseResourceId(id);
     const client = clientFor(spec);
     const deadline = Deadline.afterSeconds(spec.timeouts.createSeconds, "timeouts.createSeconds");
-    await retrying("write tags", deadline, () =>
-      writeConfig(client, ref, { tags: tagsValue([MARK_TAG, ...spec.tags]) }, deadline),
+    const tags = { tags: tagsValue([MARK_TAG, ...spec.tags]) };
+    await stepsWithin(deadline, spec.vmName)("write tags", () =>
+      writeConfig(client, ref, tags, deadline),
     ).catch((error) => {
       throw withContext(error, {
         operation: "update",
@@ -520,14 +533,14 @@ export async function deleteProxy(id: string, props: Props): Promise<void> {
   const deadline = Deadline.afterSeconds(timeouts?.deleteSeconds ?? 300, "timeouts.deleteSeconds");
   const vmName = String(props.vmName);
   try {
-    await retrying("remove VM", deadline, () => removeVm(client, ref, vmName, props, deadline));
+    const step = stepsWithin(deadline, vmName);
+    await step("remove VM", () => removeVm(client, ref, vmName, props, deadline));
     const seedVolume =
       typeof props.seedVolume === "string"
         ? props.seedVolume
         : seedVolumeId(String(props.seedStorage), vmName);
-    await retrying("remove seed", deadline, () =>
-      deleteSeed(client, ref.node, seedVolume, deadline),
-    );
+    progress(vmName, `removing the seed ${seedVolume}`);
+    await step("remove seed", () => deleteSeed(client, ref.node, seedVolume, deadline));
   } catch (error) {
     throw withContext(error, {
       operation: "delete",
@@ -555,20 +568,38 @@ async function removeVm(
   if (config.name !== vmName) return;
   const owner = (props.owner as OwnerIdentity | undefined) ?? ownerFromMark(config, ref);
   requireOurs(config, ref, vmName, owner);
-  if (status.status === "running") await stopVm(client, ref, deadline);
+  if (status.status === "running") {
+    progress(vmName, `stopping VMID ${ref.vmid}`);
+    await stopVm(client, ref, deadline);
+  }
+  progress(vmName, `destroying VMID ${ref.vmid}`);
   await destroyVm(client, ref, deadline).catch(ignoreNotFound);
 }
 
 // ---------------------------------------------------------------- helpers
 
-/** Retries Transient failures (5xx, lock timeouts, a busy daemon) with backoff until the deadline. */
-function retrying<T>(what: string, deadline: Deadline, attempt: () => Promise<T>): Promise<T> {
-  return retryWithBackoff(
-    what,
-    deadline,
-    { initialDelayMs: 200, maxDelayMs: 5000, retryable: isTransient },
-    attempt,
-  );
+/**
+ * Runs the steps of one story: each retries Transient failures (5xx, lock
+ * timeouts, a busy daemon) with backoff until the shared deadline, and says so
+ * in the progress output when a VM name is given.
+ */
+function stepsWithin(deadline: Deadline, vmName?: string) {
+  return <T>(what: string, attempt: () => Promise<T>): Promise<T> =>
+    retryWithBackoff(
+      what,
+      deadline,
+      {
+        initialDelayMs: 200,
+        maxDelayMs: 5000,
+        retryable: isTransient,
+        onRetry: (error) => {
+          if (vmName === undefined) return;
+          const detail = error instanceof Error ? error.message : String(error);
+          progress(vmName, `${what}: ${detail}; retrying`);
+        },
+      },
+      attempt,
+    );
 }
 
 function checkedInputs(inputs: Props): ProxmoxProxyInputs {

@@ -5,6 +5,7 @@ import {
   ConsumerProject,
   DynamicProviderServer,
   EngineCallError,
+  FakeEngine,
   packIntoConsumerProject,
   Props,
 } from "./harness";
@@ -22,6 +23,7 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
   let project: ConsumerProject;
   let sim: PveSimulator;
   const servers: DynamicProviderServer[] = [];
+  const engines: FakeEngine[] = [];
 
   before(async () => {
     project = packIntoConsumerProject();
@@ -31,13 +33,17 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
 
   after(async () => {
     await Promise.all(servers.map((server) => server.stop()));
+    await Promise.all(engines.map((engine) => engine.stop()));
     await sim?.settle();
     await sim?.close();
     project?.remove();
   });
 
-  async function startServer(env: NodeJS.ProcessEnv = process.env): Promise<DynamicProviderServer> {
-    const server = await DynamicProviderServer.start(project, undefined, env);
+  async function startServer(
+    env: NodeJS.ProcessEnv = process.env,
+    engine?: FakeEngine,
+  ): Promise<DynamicProviderServer> {
+    const server = await DynamicProviderServer.start(project, undefined, env, engine?.address);
     servers.push(server);
     return server;
   }
@@ -118,7 +124,9 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
   });
 
   it("Configure → Check → Diff → Create → Read → Update → Delete against the simulator", async () => {
-    const server = await startServer();
+    const engine = await FakeEngine.start();
+    engines.push(engine);
+    const server = await startServer(process.env, engine);
     await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
     const captured = captureResourceInputs(project, "ProxmoxProxy", "edge-b", programArgs());
     const { urn } = captured;
@@ -135,6 +143,18 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     assert.match(String(outputs.ip), /^192\.168\./);
     assert.equal(outputs.__provider, inputs.__provider);
     const vmid = Number(outputs.vmid);
+    // Progress reaches the user's `pulumi up` output through the engine's Log RPC
+    // (fire and forget, so the last line may land a moment after create returns).
+    const cloning = `ProxmoxProxy ${inputs.vmName}: cloning template 9000 into VMID ${vmid}`;
+    const lines = await logLinesOnce(engine, (all) =>
+      all.some((line) => /: address 192\.168\./.test(line)),
+    );
+    assert.ok(lines.includes(cloning), `progress lines: ${JSON.stringify(lines)}`);
+    assert.ok(
+      lines.some((line) => /: address 192\.168\./.test(line)),
+      JSON.stringify(lines),
+    );
+    assert.ok(lines.every((line) => !line.includes(sim.tokenFor().split("=")[1])));
     assert.equal(sim.vms.get(vmid)?.config.name, inputs.vmName);
 
     // A second `pulumi up` with the same program: same name, no changes.
@@ -209,3 +229,16 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     }
   });
 });
+
+/** The engine's log lines once `ready` holds for them (or after 5 s, whatever they are then). */
+async function logLinesOnce(
+  engine: FakeEngine,
+  ready: (lines: string[]) => boolean,
+): Promise<string[]> {
+  const until = Date.now() + 5000;
+  for (;;) {
+    const lines = engine.logs.map((line) => line.message);
+    if (ready(lines) || Date.now() > until) return lines;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
