@@ -3,7 +3,7 @@
  * name `check` settles on. Pure and offline: `pulumi preview` in CI has no
  * credentials and no route to any hypervisor.
  */
-import { containsUnknown } from "./inputs";
+import { containsUnknown, UNKNOWN } from "./inputs";
 import { newVmName } from "./names";
 
 export type ChangeKind = "replace" | "update";
@@ -63,13 +63,19 @@ export function decideDiff(
   return { changes: changed.length > 0 || providerChanged, replaces, deleteBeforeReplace };
 }
 
+/** The Pulumi resource name the resource class put in `owner`, the prefix of generated VM names. */
+export function resourceNameOf(news: Record<string, unknown>): string {
+  const owner = news.owner as { resource?: unknown } | undefined;
+  return typeof owner?.resource === "string" && owner.resource !== UNKNOWN
+    ? owner.resource
+    : "proxy";
+}
+
 /**
- * The VM name `check` settles on: the user's; else the previous one, unless a
- * change will replace the VM (a create-before-delete replacement needs a new
- * name, or the new VM would collide with the old one); else a fresh one.
+ * Autonaming, step one (before validation): the user's name, else the name
+ * check generated last time, else a fresh one.
  */
-export function settleVmName(
-  table: ChangeTable,
+export function provisionalVmName(
   olds: Record<string, unknown>,
   news: Record<string, unknown>,
   resourceName: string,
@@ -77,14 +83,27 @@ export function settleVmName(
   if (typeof news.vmName === "string") return { vmName: news.vmName, vmNameChosenBy: "user" };
   const previous =
     olds.vmNameChosenBy === "provider" && typeof olds.vmName === "string" ? olds.vmName : undefined;
-  const forReplacement = Object.fromEntries(
-    Object.entries(table).filter(([path]) => path !== "vmName"),
+  return { vmName: previous ?? newVmName(resourceName), vmNameChosenBy: "provider" };
+}
+
+/**
+ * Autonaming, step two (after validation, so defaults are filled on both
+ * sides and an unchanged program compares equal): a generated name is
+ * replaced when the VM will be replaced, because a create-before-delete
+ * replacement would otherwise collide with the old VM still holding it.
+ */
+export function vmNameAfterReplacement(
+  table: ChangeTable,
+  olds: Record<string, unknown>,
+  checked: Record<string, unknown> & { vmName: string; vmNameChosenBy?: string },
+  resourceName: string,
+): string {
+  if (checked.vmNameChosenBy !== "provider" || checked.vmName !== olds.vmName)
+    return checked.vmName;
+  const replaced = changedPaths(table, olds, checked).some(
+    (path) => path !== "vmName" && table[path] === "replace",
   );
-  const replaced = changedPaths(forReplacement, olds, news).some(
-    (path) => table[path] === "replace",
-  );
-  if (previous !== undefined && !replaced) return { vmName: previous, vmNameChosenBy: "provider" };
-  return { vmName: newVmName(resourceName), vmNameChosenBy: "provider" };
+  return replaced ? newVmName(resourceName) : checked.vmName;
 }
 
 /** Structural equality where undefined, null and a missing key are the same, and key order does not matter. */

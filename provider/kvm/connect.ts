@@ -71,12 +71,15 @@ export const dialCount = (): number => links.dialCount;
 export async function openHost(target: HostTarget, deadline: Deadline): Promise<HostSession> {
   const label = hostLabel(target.connection);
   const dialTarget = dialTargetOf(target);
-  let link: LibvirtConnection;
-  try {
-    link = await links.get(dialTarget, { timeoutMs: deadline.capped(60_000) });
-  } catch (error) {
-    throw classifyLibvirtError(error, { operation: "connect", resource: label });
-  }
+  const link = async (): Promise<LibvirtConnection> => {
+    try {
+      return await links.get(dialTarget, { timeoutMs: deadline.capped(60_000) });
+    } catch (error) {
+      throw classifyLibvirtError(error, { operation: "connect", resource: label });
+    }
+  };
+  // Dial now, so a host that cannot be reached fails the operation at its first step.
+  await link();
   return { host: new LibvirtHost(link, label, deadline), hostKey: keyOf(dialTarget), label };
 }
 

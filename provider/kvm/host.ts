@@ -67,11 +67,21 @@ const isLibvirtCode = (error: unknown, ...codes: number[]): boolean =>
 
 export class LibvirtHost {
   constructor(
-    private readonly connection: LibvirtConnection,
+    /**
+     * The host's shared link, asked for on every call: a create lasts minutes,
+     * and the pool may close an idle link or replace a dead one meanwhile.
+     */
+    private readonly link: () => Promise<LibvirtConnection>,
     /** How the host appears in messages, e.g. "kvm1.lan". */
     readonly label: string,
     private readonly deadline: Deadline,
   ) {}
+
+  /** One call on the current link, bounded by the operation's deadline. */
+  private async call<Args, Ret>(procedure: Procedure<Args, Ret>, args: Args): Promise<Ret> {
+    const connection = await this.link();
+    return connection.call(procedure, args, { timeoutMs: this.deadline.capped(PER_CALL_CAP_MS) });
+  }
 
   private async rpc<Args, Ret>(
     procedure: Procedure<Args, Ret>,
@@ -80,9 +90,7 @@ export class LibvirtHost {
   ): Promise<Ret> {
     this.deadline.check(`libvirt ${procedure.name} on ${this.label}`);
     try {
-      return await this.connection.call(procedure, args, {
-        timeoutMs: this.deadline.capped(PER_CALL_CAP_MS),
-      });
+      return await this.call(procedure, args);
     } catch (error) {
       throw this.classify(error, procedure.name, resource);
     }
@@ -107,11 +115,7 @@ export class LibvirtHost {
   /** The pool, or undefined when the host has no pool of that name. */
   async findPool(name: string): Promise<StoragePoolHandle | undefined> {
     try {
-      return await this.connection.call(
-        Procedures.storagePoolLookupByName,
-        { name },
-        { timeoutMs: this.deadline.capped(PER_CALL_CAP_MS) },
-      );
+      return await this.call(Procedures.storagePoolLookupByName, { name });
     } catch (error) {
       if (isLibvirtCode(error, ErrorCode.NO_STORAGE_POOL)) return undefined;
       throw this.classify(error, "storagePoolLookupByName", `pool ${name}`);
@@ -162,13 +166,10 @@ export class LibvirtHost {
   async upload(vol: StorageVolHandle, source: Readable, length?: number): Promise<number> {
     this.deadline.check(`upload to ${vol.name} on ${this.label}`);
     try {
-      const { bytes } = await this.connection.upload(
-        { vol, offset: 0, length: length ?? 0 },
-        source,
-        {
-          timeoutMs: this.deadline.remainingMs(),
-        },
-      );
+      const connection = await this.link();
+      const { bytes } = await connection.upload({ vol, offset: 0, length: length ?? 0 }, source, {
+        timeoutMs: this.deadline.remainingMs(),
+      });
       return bytes;
     } catch (error) {
       throw this.classify(error, "storageVolUpload", `volume ${vol.name}`);
@@ -207,11 +208,7 @@ export class LibvirtHost {
   /** Starting a running domain is fine (a retried create). */
   async startDomain(dom: DomainHandle): Promise<void> {
     try {
-      await this.connection.call(
-        Procedures.domainCreate,
-        { dom },
-        { timeoutMs: this.deadline.capped(PER_CALL_CAP_MS) },
-      );
+      await this.call(Procedures.domainCreate, { dom });
     } catch (error) {
       if (
         isLibvirtCode(error, ErrorCode.OPERATION_INVALID) &&
@@ -238,11 +235,12 @@ export class LibvirtHost {
   /** Our mark on the domain; a domain without the element is "unmarked", not an error. */
   async mark(dom: DomainHandle): Promise<MarkReading> {
     try {
-      const xml = await this.connection.call(
-        Procedures.domainGetMetadata,
-        { dom, type: MetadataType.ELEMENT, uri: MARK_XML_NAMESPACE, flags: 0 },
-        { timeoutMs: this.deadline.capped(PER_CALL_CAP_MS) },
-      );
+      const xml = await this.call(Procedures.domainGetMetadata, {
+        dom,
+        type: MetadataType.ELEMENT,
+        uri: MARK_XML_NAMESPACE,
+        flags: 0,
+      });
       return parseMarkElementXml(xml);
     } catch (error) {
       if (isLibvirtCode(error, ErrorCode.NO_DOMAIN_METADATA)) return { kind: "unmarked" };
@@ -253,11 +251,7 @@ export class LibvirtHost {
   /** Stops the domain hard. A domain that is not running, or gone, is fine. */
   async destroyDomain(dom: DomainHandle): Promise<void> {
     try {
-      await this.connection.call(
-        Procedures.domainDestroy,
-        { dom },
-        { timeoutMs: this.deadline.capped(PER_CALL_CAP_MS) },
-      );
+      await this.call(Procedures.domainDestroy, { dom });
     } catch (error) {
       if (isLibvirtCode(error, ErrorCode.OPERATION_INVALID, ErrorCode.NO_DOMAIN)) return;
       throw this.classify(error, "domainDestroy", `domain ${dom.name}`);
@@ -283,11 +277,7 @@ export class LibvirtHost {
     let lastError: unknown;
     for (const flags of fallbacks) {
       try {
-        await this.connection.call(
-          Procedures.domainUndefineFlags,
-          { dom, flags },
-          { timeoutMs: this.deadline.capped(PER_CALL_CAP_MS) },
-        );
+        await this.call(Procedures.domainUndefineFlags, { dom, flags });
         return;
       } catch (error) {
         if (isLibvirtCode(error, ErrorCode.NO_DOMAIN)) return;

@@ -5,7 +5,12 @@
  */
 import type * as pulumi from "@pulumi/pulumi";
 import { Deadline, sleepWithin } from "../common/deadline";
-import { decideDiff, settleVmName } from "../common/diff";
+import {
+  decideDiff,
+  provisionalVmName,
+  resourceNameOf,
+  vmNameAfterReplacement,
+} from "../common/diff";
 import { EgressProxyError, PermanentError, TransientError } from "../common/errors";
 import type { CheckFailure } from "../common/inputs";
 import {
@@ -66,18 +71,13 @@ export async function check(
   olds: Props,
   news: Props,
 ): Promise<{ inputs: Props; failures: CheckFailure[] }> {
-  const resourceName =
-    typeof (news.owner as Props | undefined)?.resource === "string"
-      ? ((news.owner as Props).resource as string)
-      : "proxy";
-  const named = { ...news, ...settleVmName(KVM_CHANGE_TABLE, olds, news, resourceName) };
+  const resourceName = resourceNameOf(news);
+  const named = { ...news, ...provisionalVmName(olds, news, resourceName) };
   const result = validateKvmInputs(named);
-  if (result.ok)
-    return {
-      inputs: plain({ ...result.inputs, vmNameChosenBy: named.vmNameChosenBy }),
-      failures: [],
-    };
-  return { inputs: named, failures: result.failures };
+  if (!result.ok) return { inputs: named, failures: result.failures };
+  const inputs = { ...result.inputs, vmName: named.vmName, vmNameChosenBy: named.vmNameChosenBy };
+  inputs.vmName = vmNameAfterReplacement(KVM_CHANGE_TABLE, olds, inputs, resourceName);
+  return { inputs: plain(inputs), failures: [] };
 }
 
 export async function diff(

@@ -1,5 +1,10 @@
 import { Deadline, retryWithBackoff } from "../common/deadline";
-import { sameValue } from "../common/diff";
+import {
+  provisionalVmName,
+  resourceNameOf,
+  sameValue,
+  vmNameAfterReplacement,
+} from "../common/diff";
 import { isNotFound, isTransient, PermanentError, withContext } from "../common/errors";
 import {
   createMark,
@@ -10,19 +15,17 @@ import {
   OwnershipMark,
 } from "../common/mark";
 import { logToEngine } from "../common/engine-log";
-import { newVmName } from "../common/names";
 import { PartialCreateError } from "../common/partial-create";
 import { waitForTcpPort } from "../common/readiness";
 import { FormFields, ProxmoxClient } from "./client";
 import { isTaskFailure, isVmidTaken } from "./classify";
 import { ConnectionInputs, rememberProviderConfig, resolveConnection } from "./connection";
-import { decideProxmoxDiff, DiffDecision } from "./diff";
+import { decideProxmoxDiff, DiffDecision, PROXMOX_CHANGE_TABLE } from "./diff";
 import {
   CheckFailure,
   normalizeTags,
   ProxmoxProxyInputs,
   ProxmoxProxyOutputs,
-  UNKNOWN,
   validateInputs,
 } from "./schema";
 import { deleteSeed, seedVolumeId, UploadedSeed, uploadSeed } from "./seed";
@@ -85,35 +88,13 @@ export async function check(
   olds: Props,
   news: Props,
 ): Promise<{ inputs: Props; failures: CheckFailure[] }> {
-  const named = withVmName(olds, news);
+  const resourceName = resourceNameOf(news);
+  const named = { ...news, ...provisionalVmName(olds, news, resourceName) };
   const result = validateInputs(named);
   if (!result.ok) return { inputs: named, failures: result.failures };
   const inputs = { ...result.inputs, tags: normalizeTags(result.inputs.tags) };
-  // A create-before-delete replacement must not reuse the name the old VM still holds.
-  if (inputs.vmNameChosenBy === "provider" && inputs.vmName === olds.vmName) {
-    if (decideProxmoxDiff(olds, inputs).replaces.length > 0)
-      inputs.vmName = newVmName(resourceNameOf(news));
-  }
+  inputs.vmName = vmNameAfterReplacement(PROXMOX_CHANGE_TABLE, olds, inputs, resourceName);
   return { inputs: plain(inputs), failures: [] };
-}
-
-/** Autonaming belongs in check: the user's name, else the old generated one, else a new one. */
-function withVmName(olds: Props, news: Props): Props {
-  if (news.vmName !== undefined && news.vmName !== null) return { ...news, vmNameChosenBy: "user" };
-  const oldName =
-    olds.vmNameChosenBy === "provider" && typeof olds.vmName === "string" ? olds.vmName : undefined;
-  return {
-    ...news,
-    vmName: oldName ?? newVmName(resourceNameOf(news)),
-    vmNameChosenBy: "provider",
-  };
-}
-
-function resourceNameOf(news: Props): string {
-  const owner = news.owner as Partial<OwnerIdentity> | undefined;
-  return typeof owner?.resource === "string" && owner.resource !== UNKNOWN
-    ? owner.resource
-    : "proxy";
 }
 
 export async function diff(_id: string, olds: Props, news: Props): Promise<DiffDecision> {

@@ -3,6 +3,7 @@
  * the standard tools in the same run. Select some with
  * `npm run bench -- seed libvirt`.
  */
+import { runKvmBenchmarks } from "./kvm";
 import { runLibvirtBenchmarks } from "./libvirt";
 import { runProxmoxBenchmarks } from "./pve";
 import { runSeedBenchmarks } from "./seed";
@@ -11,6 +12,7 @@ const suites: Record<string, () => Promise<void>> = {
   seed: runSeedBenchmarks,
   pve: runProxmoxBenchmarks,
   libvirt: runLibvirtBenchmarks,
+  kvm: runKvmBenchmarks,
 };
 
 async function main(): Promise<void> {

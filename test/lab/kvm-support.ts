@@ -11,7 +11,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { resolve } from "node:path";
 import { promisify } from "node:util";
-import { LAB_SCRIPTS_DIR, type LabEnv } from "./fixture";
+import { LAB_SCRIPTS_DIR, type LabEnv } from "./lab";
 
 const run = promisify(execFile);
 

@@ -1,6 +1,6 @@
 import { strict as assert } from "node:assert";
 import fc from "fast-check";
-import { decideDiff, settleVmName } from "../../provider/common/diff";
+import { decideDiff } from "../../provider/common/diff";
 import { UNKNOWN } from "../../provider/common/inputs";
 import { createMark } from "../../provider/common/mark";
 import { addressForMac, isRoutableIpv4, lookUpAddress } from "../../provider/kvm/addresses";
@@ -20,6 +20,7 @@ import {
   seedVolumeName,
   vmNameOfVolume,
 } from "../../provider/kvm/naming";
+import * as kvm from "../../provider/kvm/provider";
 import { effectiveCpuMode, validateKvmInputs } from "../../provider/kvm/schema";
 import { GIB, overlayCapacity } from "../../provider/kvm/volume-xml";
 
@@ -187,20 +188,21 @@ describe("KvmProxy diff and naming decisions", () => {
     );
   });
 
-  it("keeps the generated name across updates and picks a new one when the VM will be replaced", () => {
-    const { vmName: _drop, vmNameChosenBy: _by, ...news } = base;
-    assert.equal(
-      settleVmName(KVM_CHANGE_TABLE, base, { ...news, timeouts: { createSeconds: 60 } }, "proxy-0")
-        .vmName,
-      base.vmName,
-    );
-    const replaced = settleVmName(KVM_CHANGE_TABLE, base, { ...news, vcpus: 8 }, "proxy-0");
-    assert.notEqual(replaced.vmName, base.vmName);
-    assert.match(replaced.vmName, /^proxy-0-[a-z2-7]{10}$/);
-    assert.deepEqual(settleVmName(KVM_CHANGE_TABLE, base, { ...news, vmName: "mine" }, "proxy-0"), {
-      vmName: "mine",
-      vmNameChosenBy: "user",
-    });
+  it("keeps the generated name when the same program runs again with defaults, and renames only for a replacement", async () => {
+    const program = { image, owner: { ...owner, resource: "proxy-0" } };
+    const first = await kvm.check({}, program);
+    assert.deepEqual(first.failures, []);
+    // The regression: olds carry defaults, news do not; an unchanged program must keep its name.
+    const again = await kvm.check(first.inputs, program);
+    assert.equal(again.inputs.vmName, first.inputs.vmName);
+    const retimed = await kvm.check(first.inputs, { ...program, timeouts: { createSeconds: 60 } });
+    assert.equal(retimed.inputs.vmName, first.inputs.vmName);
+    const resized = await kvm.check(first.inputs, { ...program, vcpus: 8 });
+    assert.notEqual(resized.inputs.vmName, first.inputs.vmName);
+    assert.match(String(resized.inputs.vmName), /^proxy-0-[a-z2-7]{10}$/);
+    const fixed = await kvm.check(first.inputs, { ...program, vmName: "mine" });
+    assert.equal(fixed.inputs.vmName, "mine");
+    assert.equal(fixed.inputs.vmNameChosenBy, "user");
   });
 
   it("treats every input the schema knows as either replace or update", () => {
