@@ -27,6 +27,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
   let imageSha256: string;
   const servers: DynamicProviderServer[] = [];
   const engines: FakeEngine[] = [];
+  const cleanups: Array<() => Promise<void>> = [];
 
   before(async () => {
     lab = await useLab();
@@ -37,6 +38,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
   });
 
   after(async () => {
+    for (const cleanup of cleanups) await cleanup().catch(() => undefined);
     await Promise.all(servers.map((server) => server.stop()));
     await Promise.all(engines.map((engine) => engine.stop()));
     await imageServer?.close();
@@ -136,6 +138,8 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     const inputs = checked.inputs;
 
     const created = await server.create(urn, inputs);
+    // If an assertion below fails, the VM still goes (delete is idempotent).
+    cleanups.push(() => server.delete(urn, created.id, created.properties));
     assert.equal(created.id, `hosts/${lab.sshHost}:${lab.sshPort}/domains/${inputs.vmName}`);
     const outputs = created.properties;
     assert.equal(outputs.state, "running");
@@ -176,9 +180,10 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     });
     const resized = await server.check(urn, retimed.inputs, { ...captured.inputs, vcpus: 2 });
     assert.notEqual(resized.inputs.vmName, inputs.vmName, "a replacement gets a new name");
-    assert.deepEqual((await server.diff(urn, created.id, updated, resized.inputs)).replaces, [
-      "vcpus",
-    ]);
+    // vcpus replaces the VM, and the replacement carries the new generated name.
+    const resizeDiff = await server.diff(urn, created.id, updated, resized.inputs);
+    assert.deepEqual(resizeDiff.replaces.sort(), ["vcpus", "vmName"]);
+    assert.equal(resizeDiff.deleteBeforeReplace, false);
 
     await server.delete(urn, created.id, updated);
     const gone = await server.read(urn, created.id, updated, inputs);

@@ -58,7 +58,7 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
   after(async () => {
     for (const cleanup of cleanups) await cleanup().catch(() => undefined);
     if (imageServer)
-      for (const url of [imageServer.url, parallelImageUrl()])
+      for (const url of [imageServer.url, parallelImageUrl(), resumeImageUrl()])
         await removeBaseImage(url).catch(() => undefined);
     await inspector?.close();
     await closeAllHosts();
@@ -84,6 +84,7 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
 
   /** The same bytes under another URL: a separate cache entry for the parallel test. */
   const parallelImageUrl = (): string => `${imageServer.url}?set=parallel`;
+  const resumeImageUrl = (): string => `${imageServer.url}?set=resume`;
 
   function volumeNames(): string[] {
     return execFileSync("virsh", ["-q", "-c", "qemu:///system", "vol-list", lab.pool])
@@ -194,9 +195,26 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
 
   it("converges after a create interrupted at each step: one domain, two per-VM volumes", async () => {
     const inputs = await checked(
-      userInputs({ readiness: { mode: "none" }, vmName: "resume-test-1" }),
+      userInputs({
+        readiness: { mode: "none" },
+        vmName: "resume-test-1",
+        image: { url: resumeImageUrl(), sha256: image.sha256 },
+      }),
     );
     const pool = await inspector.call(Procedures.storagePoolLookupByName, { name: lab.pool });
+    // Interrupted mid image upload: a base without its marker that no longer grows is a dead
+    // upload, removed and fetched again (one that still grew would be waited for).
+    const baseName = baseImageVolumeName({
+      url: resumeImageUrl(),
+      sha256: image.sha256,
+      format: "qcow2",
+    });
+    await inspector.call(Procedures.storageVolCreateXml, {
+      pool,
+      xml: `<volume><name>${baseName}</name><capacity unit="bytes">65536</capacity><target><format type="raw"/></target></volume>`,
+      flags: 0,
+    });
+    progress.length = 0;
     // Interrupted mid seed upload: a truncated seed is left behind and must be rebuilt, not reused.
     const truncatedSeed = await inspector.call(Procedures.storageVolCreateXml, {
       pool,
@@ -212,6 +230,18 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
       }),
     });
     assert.ok(seedInfo.capacity > 4096n, "the truncated seed was rebuilt");
+    assert.ok(
+      progress.some((line) => /removing incomplete base image/.test(line)),
+      progress.join(" | "),
+    );
+    const baseInfo = await inspector.call(Procedures.storageVolGetInfo, {
+      vol: await inspector.call(Procedures.storageVolLookupByName, { pool, name: baseName }),
+    });
+    assert.equal(
+      baseInfo.capacity,
+      2n * 1024n ** 3n,
+      "the base was fetched again whole (2 GiB virtual)",
+    );
     // Interrupted after define, before start: create again finds the domain and starts it.
     const dom = await inspector.call(Procedures.domainLookupByName, { name: "resume-test-1" });
     await inspector.call(Procedures.domainDestroy, { dom });
