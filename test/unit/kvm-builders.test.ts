@@ -20,6 +20,7 @@ import {
   seedVolumeName,
   vmNameOfVolume,
 } from "../../provider/kvm/naming";
+import { describeState } from "../../provider/kvm/host";
 import * as kvm from "../../provider/kvm/provider";
 import { effectiveCpuMode, validateKvmInputs } from "../../provider/kvm/schema";
 import { GIB, overlayCapacity } from "../../provider/kvm/volume-xml";
@@ -346,5 +347,20 @@ describe("volumes and addresses", () => {
       source: "arp",
       failures: [{ source: "agent", message: "guest agent is not connected" }],
     });
+  });
+});
+
+describe("domain states", () => {
+  it("reports paused and suspended as such, never as stopped", () => {
+    assert.deepEqual([1, 2, 3, 4, 5, 6, 7, 0].map(describeState), [
+      "running",
+      "running",
+      "paused",
+      "shutting-down",
+      "stopped",
+      "crashed",
+      "suspended",
+      "unknown",
+    ]);
   });
 });
