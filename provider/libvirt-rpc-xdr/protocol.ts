@@ -38,6 +38,8 @@ export const Limits = {
   streamChunk: 262120,
   stringMax: 4 * 1024 * 1024,
   domainListMax: 16384,
+  /** REMOTE_STORAGE_VOL_LIST_MAX */
+  storageVolListMax: 16384,
   authTypeListMax: 20,
   interfacesMax: 2048,
   addressesMax: 2048,
@@ -388,6 +390,15 @@ export const Procedures = {
     (w, a) => xdrTypes.writeVol(w, a.vol),
     (r) => ({ type: r.int(), capacity: r.uhyper(), allocation: r.uhyper() }),
   ),
+  storageVolGetXmlDesc: remote<{ vol: StorageVolHandle; flags: number }, string>(
+    "storageVolGetXmlDesc",
+    99,
+    (w, a) => {
+      xdrTypes.writeVol(w, a.vol);
+      w.uint(a.flags);
+    },
+    stringRet,
+  ),
   storageVolGetPath: remote<VolArgs, string>(
     "storageVolGetPath",
     100,
@@ -498,6 +509,20 @@ export const Procedures = {
     273,
     (w, a) => w.int(a.needResults).uint(a.flags),
     (r) => ({ domains: r.array(Limits.domainListMax, xdrTypes.readDomain), ret: r.uint() }),
+  ),
+  // 282, checked against libvirtd 9.0 (281 is CONNECT_LIST_ALL_STORAGE_POOLS).
+  storagePoolListAllVolumes: remote<
+    { pool: StoragePoolHandle; needResults: number; flags: number },
+    { vols: StorageVolHandle[]; ret: number }
+  >(
+    "storagePoolListAllVolumes",
+    282,
+    (w, a) => {
+      xdrTypes.writePool(w, a.pool);
+      // Like connectListAllDomains: 0 asks only for the count.
+      w.int(a.needResults).uint(a.flags);
+    },
+    (r) => ({ vols: r.array(Limits.storageVolListMax, xdrTypes.readVol), ret: r.uint() }),
   ),
   domainGetHostname: remote<DomainFlagsArgs, string>(
     "domainGetHostname",
