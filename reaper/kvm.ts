@@ -135,7 +135,9 @@ async function listMarkedDomains(
     let reading: MarkReading;
     let state: string;
     try {
-      reading = await host.mark(dom);
+      // From the domain XML, as KvmProxy's delete reads it: DOMAIN_GET_METADATA answers the
+      // element without its namespace declaration, which LibvirtHost.mark then reads as unmarked.
+      reading = parseDomainXml(await host.domainXml(dom)).mark;
       state = (await host.state(dom)).state;
     } catch (error) {
       if (isNotFound(error)) return; // undefined since the listing: gone is fine
@@ -264,16 +266,16 @@ async function volumeXml(session: KvmSession, vol: StorageVolHandle): Promise<st
 }
 
 /**
- * When the volume last changed, from the pool's file timestamps (seconds with
- * a fraction). The later of mtime and ctime: a volume still being written is young.
+ * When the volume was last written, from the pool's file timestamps (seconds
+ * with a fraction): mtime, else ctime. A volume still being written is young.
  */
 export function volumeTime(xml: string): string | undefined {
-  const seconds = ["mtime", "ctime"]
-    .map((tag) => new RegExp(`<${tag}>([0-9]+(?:\\.[0-9]+)?)</${tag}>`).exec(xml)?.[1])
-    .filter((value): value is string => value !== undefined)
-    .map(Number);
-  if (seconds.length === 0) return undefined;
-  return new Date(Math.max(...seconds) * 1000).toISOString();
+  for (const tag of ["mtime", "ctime"]) {
+    const seconds = new RegExp(`<${tag}>([0-9]+(?:\\.[0-9]+)?)</${tag}>`).exec(xml)?.[1];
+    if (seconds !== undefined && Number(seconds) > 0)
+      return new Date(Number(seconds) * 1000).toISOString();
+  }
+  return undefined;
 }
 
 /** The overlay's backing file, from `<backingStore><path>`. */
