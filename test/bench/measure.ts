@@ -20,6 +20,7 @@ export function median(values: number[]): number {
 }
 
 export function printBench(key: string, value: number): void {
-  const rounded = Math.abs(value) >= 100 ? value.toFixed(0) : value.toPrecision(4);
+  const rounded =
+    Number.isInteger(value) || Math.abs(value) >= 100 ? value.toFixed(0) : value.toPrecision(4);
   console.log(`bench ${key}=${rounded}`);
 }
