@@ -47,9 +47,15 @@ export function proxmoxClient(inputs: ConnectionInputs): ProxmoxClient {
   return new ProxmoxClient(resolveConnection(inputs, {}));
 }
 
+export interface ProxmoxListOptions {
+  /** Called after each VM's config is read (tests break the API mid-listing here). */
+  onVmRead?: (vmid: number) => void;
+}
+
 export async function listProxmoxBackend(
   client: ProxmoxClient,
   config: ProxmoxBackendConfig,
+  options: ProxmoxListOptions = {},
 ): Promise<BackendListing> {
   const deadline = new Deadline(LIST_BUDGET_MS, "the reaper's listing budget");
   const items: ListedItem[] = [];
@@ -61,7 +67,7 @@ export async function listProxmoxBackend(
     for (let start = 0; start < entries.length; start += IN_FLIGHT) {
       const batch = entries.slice(start, start + IN_FLIGHT);
       const listed = await Promise.all(
-        batch.map((entry) => listedVm(client, config, entry, deadline)),
+        batch.map((entry) => listedVm(client, config, entry, deadline, options)),
       );
       for (const item of listed) if (item !== undefined) items.push(item);
     }
@@ -81,6 +87,7 @@ async function listedVm(
   config: ProxmoxBackendConfig,
   entry: ClusterVmEntry,
   deadline: Deadline,
+  options: ProxmoxListOptions,
 ): Promise<ListedItem | undefined> {
   const ref = { node: entry.node, vmid: entry.vmid };
   let vmConfig: Record<string, string | undefined>;
@@ -90,6 +97,7 @@ async function listedVm(
     if (isNotFound(error)) return undefined; // destroyed since the listing
     throw error;
   }
+  options.onVmRead?.(entry.vmid);
   const reading = markOfConfig(vmConfig);
   if (reading.kind === "unmarked") return undefined;
   const name = vmConfig.name ?? entry.name ?? `vmid-${entry.vmid}`;

@@ -22,6 +22,7 @@ import {
   deleteProxmoxEntry,
   listProxmoxBackend,
   proxmoxClient,
+  type ProxmoxListOptions,
 } from "./proxmox";
 import { renderJson, renderTable, type RemovalResult } from "./report";
 import { readStates } from "./states";
@@ -53,6 +54,7 @@ export interface SweepIo {
 export interface SweepDeps {
   openKvm(config: KvmBackendConfig): Promise<KvmSession>;
   onKvmDomainRead?: KvmListOptions["onDomainRead"];
+  onProxmoxVmRead?: ProxmoxListOptions["onVmRead"];
 }
 
 const defaultDeps: SweepDeps = { openKvm: openKvmSession };
@@ -80,7 +82,7 @@ export async function runSweep(
   }
   const backends = await Promise.all([
     ...config.kvm.map((backend) => openAndListKvm(backend, options, deps)),
-    ...config.proxmox.map((backend) => openAndListProxmox(backend)),
+    ...config.proxmox.map((backend) => openAndListProxmox(backend, deps)),
   ]);
   try {
     const listings = backends.map((backend) => backend.listing);
@@ -137,7 +139,10 @@ async function openAndListKvm(
   };
 }
 
-async function openAndListProxmox(config: ProxmoxBackendConfig): Promise<OpenBackend> {
+async function openAndListProxmox(
+  config: ProxmoxBackendConfig,
+  deps: SweepDeps,
+): Promise<OpenBackend> {
   let inputs: ConnectionInputs;
   let client: ProxmoxClient;
   try {
@@ -147,7 +152,11 @@ async function openAndListProxmox(config: ProxmoxBackendConfig): Promise<OpenBac
     return unreachable(config.name, error);
   }
   return {
-    listing: await listProxmoxBackend(client, config),
+    listing: await listProxmoxBackend(
+      client,
+      config,
+      deps.onProxmoxVmRead === undefined ? {} : { onVmRead: deps.onProxmoxVmRead },
+    ),
     delete: (entry) => deleteProxmoxEntry(client, inputs, config, entry),
     close: async () => undefined,
   };
