@@ -1,0 +1,25 @@
+// The package's full public face: the resources from provider/ and the pool.
+// (provider/ never imports components/, so the pool's entry point is here.)
+export * from "../provider";
+export {
+  EgressProxyPool,
+  EGRESS_PROXY_POOL_TYPE,
+  DEFAULT_KVM_IMAGE,
+  PoolArgsError,
+  poolArgsProblems,
+  proxyUrl,
+} from "./pool";
+export type {
+  EgressProxyPoolArgs,
+  KvmBackend,
+  KvmBackendSettings,
+  PoolBackend,
+  ProxmoxBackend,
+  ProxmoxBackendSettings,
+  ProxyDetails,
+  SquidArgs,
+} from "./pool";
+export { placeProxies, proxiesPerBackend, PlacementError } from "./placement";
+export type { PlacedProxy, PlacementBackend } from "./placement";
+export type { KubernetesObjects, KubernetesPublishingArgs } from "./kubernetes";
+export { DEFAULT_ALLOWED_CLIENT_CIDRS, DEFAULT_SQUID_PORT } from "./squid-cloud-init";

@@ -1,0 +1,121 @@
+/**
+ * Publishing a pool to Kubernetes: a Secret with the proxy URLs, and a
+ * Service without a selector plus an EndpointSlice listing the VMs, so pods
+ * reach the pool at `http://<name>.<namespace>.svc:<port>` and kube-proxy
+ * spreads connections over the VMs. No controller manages the slice (there
+ * is no selector), so Pulumi owns it and updates it with the pool.
+ */
+import * as pulumi from "@pulumi/pulumi";
+import * as k8s from "@pulumi/kubernetes";
+
+export interface KubernetesPublishingArgs {
+  /** Namespace for the Secret, Service and EndpointSlice; it must exist. */
+  namespace: pulumi.Input<string>;
+  /** Name of the Service and the Secret (a DNS label): pods use `http://<name>.<namespace>.svc:<port>`. */
+  name: pulumi.Input<string>;
+  /** The cluster; default: Pulumi's default Kubernetes provider (your kubeconfig). */
+  provider?: k8s.Provider;
+  /** Extra labels on every object (the app.kubernetes.io/* ones are always set). */
+  labels?: Record<string, string>;
+}
+
+export interface PublishedProxies {
+  /** VM addresses (IPv4), unknown in preview. */
+  addresses: pulumi.Input<string[]>;
+  port: number;
+  /** The URLs written to the Secret (with credentials when the pool has basic auth). */
+  urls: pulumi.Input<string[]>;
+}
+
+export interface KubernetesObjects {
+  secret: k8s.core.v1.Secret;
+  service: k8s.core.v1.Service;
+  endpointSlice: k8s.discovery.v1.EndpointSlice;
+}
+
+/** Conventional labels (https://kubernetes.io/docs/concepts/overview/working-with-objects/common-labels/). */
+export function publishingLabels(
+  instance: pulumi.Input<string>,
+  extra: Record<string, string> = {},
+): pulumi.Input<Record<string, pulumi.Input<string>>> {
+  return {
+    ...extra,
+    "app.kubernetes.io/name": "egress-proxy",
+    "app.kubernetes.io/instance": instance,
+    "app.kubernetes.io/component": "proxy",
+    "app.kubernetes.io/part-of": "egress-proxies",
+    "app.kubernetes.io/managed-by": "pulumi",
+  };
+}
+
+/** The Secret's two keys: `proxies.txt` (one URL a line) and `proxies.json` (an array). */
+export function secretDocuments(urls: readonly string[]): Record<string, string> {
+  return {
+    "proxies.txt": urls.map((url) => `${url}\n`).join(""),
+    "proxies.json": JSON.stringify(urls),
+  };
+}
+
+export function publishToKubernetes(
+  resourceNamePrefix: string,
+  args: KubernetesPublishingArgs,
+  proxies: PublishedProxies,
+  parent: pulumi.Resource,
+): KubernetesObjects {
+  const options: pulumi.CustomResourceOptions = { parent, provider: args.provider };
+  const labels = publishingLabels(args.name, args.labels);
+  const annotations = { "egress-proxies.dev/pool": resourceNamePrefix };
+
+  const secret = new k8s.core.v1.Secret(
+    `${resourceNamePrefix}-urls`,
+    {
+      metadata: { name: args.name, namespace: args.namespace, labels, annotations },
+      type: "Opaque",
+      stringData: pulumi.secret(pulumi.output(proxies.urls).apply(secretDocuments)),
+    },
+    options,
+  );
+
+  const service = new k8s.core.v1.Service(
+    `${resourceNamePrefix}-service`,
+    {
+      metadata: { name: args.name, namespace: args.namespace, labels, annotations },
+      spec: {
+        // No selector: the endpoints are VMs outside the cluster, listed by the slice below.
+        type: "ClusterIP",
+        ports: [
+          { name: "http-proxy", port: proxies.port, targetPort: proxies.port, protocol: "TCP" },
+        ],
+      },
+    },
+    options,
+  );
+
+  const endpointSlice = new k8s.discovery.v1.EndpointSlice(
+    `${resourceNamePrefix}-endpoints`,
+    {
+      metadata: {
+        // The "<service>-" prefix is the convention; the label below is what ties it to the Service.
+        name: pulumi.interpolate`${args.name}-vms`,
+        namespace: args.namespace,
+        labels: pulumi.output(labels).apply((base) => ({
+          ...base,
+          "kubernetes.io/service-name": args.name,
+          "endpointslice.kubernetes.io/managed-by": "egress-proxies.dev",
+        })),
+        annotations,
+      },
+      addressType: "IPv4",
+      ports: [{ name: "http-proxy", port: proxies.port, protocol: "TCP" }],
+      endpoints: pulumi
+        .output(proxies.addresses)
+        .apply((addresses) =>
+          addresses.map((address) => ({ addresses: [address], conditions: { ready: true } })),
+        ),
+    },
+    // The slice is useless before the Service it names.
+    { ...options, dependsOn: [service] },
+  );
+
+  return { secret, service, endpointSlice };
+}

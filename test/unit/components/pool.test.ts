@@ -1,0 +1,309 @@
+/**
+ * EgressProxyPool under pulumi.runtime.setMocks: what it declares (children,
+ * their inputs, Kubernetes objects), scaling without touching survivors,
+ * secrets staying secret, and preview with unknown values. The code under
+ * test is imported after setMocks, as the SDK requires, and from the packed
+ * package installed in a consumer project: Pulumi serializes a dynamic
+ * provider that lives outside node_modules by value, which is not how users
+ * run it (and fails on zod's export map), so the in-repo copy cannot be used.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import * as pulumi from "@pulumi/pulumi";
+import type * as poolModule from "../../../components/pool";
+import { packIntoConsumerProject, type ConsumerProject } from "../../engine/harness";
+
+interface Registered {
+  type: string;
+  name: string;
+  inputs: Record<string, unknown>;
+}
+
+let registered: Registered[] = [];
+
+/** The SDK's wire marker for a secret: mocks see secret inputs wrapped in it. */
+const SECRET_SIGNATURE_KEY = "4dabf18193072939515e22adb298388d";
+const isSecretValue = (value: unknown): boolean =>
+  typeof value === "object" && value !== null && SECRET_SIGNATURE_KEY in value;
+/** Inputs as a provider sees them: secrets unwrapped. */
+function plain(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(plain);
+  if (isSecretValue(value)) return plain((value as { value: unknown }).value);
+  if (typeof value === "object" && value !== null)
+    return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, plain(item)]));
+  return value;
+}
+let previewMode = false;
+
+async function useMocks(preview: boolean): Promise<void> {
+  previewMode = preview;
+  await pulumi.runtime.setMocks(
+    {
+      newResource(args) {
+        registered.push({ type: args.type, name: args.name, inputs: args.inputs });
+        const inputs = plain(args.inputs) as Record<string, unknown>;
+        // In preview nothing is created: outputs the provider computes stay unknown.
+        if (previewMode) return { id: undefined as unknown as string, state: {} };
+        const index = registered.length;
+        const state: Record<string, unknown> = { ...inputs };
+        if (args.type.includes("KvmProxy") || args.type.includes("ProxmoxProxy")) {
+          state.vmName = `${args.name}-abcdefghij`;
+          state.host = args.type.includes("Kvm") ? "kvm1.lan" : "pve1";
+          state.ip = `198.51.100.${10 + index}`;
+        }
+        return { id: `${args.name}-id`, state };
+      },
+      call: (args) => args.inputs,
+    },
+    "pool-test",
+    "unit",
+    preview,
+  );
+}
+
+const valueOf = <T>(output: pulumi.Output<T>): Promise<T> =>
+  new Promise((resolve) => output.apply((value) => resolve(value)));
+const isSecret = (output: pulumi.Output<unknown>): Promise<boolean> =>
+  (output as unknown as { isSecret: Promise<boolean> }).isSecret;
+const isKnown = (output: pulumi.Output<unknown>): Promise<boolean> =>
+  (output as unknown as { isKnown: Promise<boolean> }).isKnown;
+
+/** Lets the SDK finish registering everything declared so far. */
+const settle = () => new Promise((resolve) => setTimeout(resolve, 50));
+
+const KVM = (name: string, extra: Record<string, unknown> = {}) => ({
+  name,
+  ...extra,
+  kvm: { connection: { host: `${name}.lan` }, network: { bridge: "br0" } },
+});
+const PROXMOX = (name: string, extra: Record<string, unknown> = {}) => ({
+  name,
+  ...extra,
+  proxmox: { node: name, templateVmid: 9000, diskStorage: "local-lvm", seedStorage: "local" },
+});
+
+describe("EgressProxyPool (under Pulumi mocks)", function () {
+  this.timeout(30_000);
+  let pool: typeof poolModule;
+  let project: ConsumerProject;
+
+  before(async () => {
+    await useMocks(false);
+    project = packIntoConsumerProject();
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    pool = require(
+      join(project.dir, "node_modules", project.packageName, "dist/components/pool.js"),
+    );
+  });
+  beforeEach(() => (registered = []));
+  after(async () => {
+    await useMocks(false);
+    project?.remove();
+  });
+
+  const proxiesOf = () => registered.filter((r) => /KvmProxy|ProxmoxProxy/.test(r.type));
+
+  it("declares one child per placed proxy, parented, with stable names and the squid document", async () => {
+    const instance = new pool.EgressProxyPool("edge", {
+      backends: [KVM("kvm1"), KVM("kvm2"), PROXMOX("pve1")],
+      count: 4,
+      machine: { cpus: 2, memoryMiB: 768 },
+      tags: ["crawler"],
+    });
+    const proxies = await valueOf(instance.proxies);
+    await settle();
+    assert.equal(registered[0].type, pool.EGRESS_PROXY_POOL_TYPE);
+    assert.equal(pool.EGRESS_PROXY_POOL_TYPE, "egress-proxies:index:EgressProxyPool");
+    assert.deepEqual(
+      proxiesOf().map((r) => [r.type.split(":").at(-1), r.name]),
+      [
+        ["KvmProxy", "edge-kvm1-0"],
+        ["KvmProxy", "edge-kvm1-1"],
+        ["KvmProxy", "edge-kvm2-0"],
+        ["ProxmoxProxy", "edge-pve1-0"],
+      ],
+    );
+    const [kvm, , , proxmox] = proxiesOf().map((r) => ({
+      ...r,
+      inputs: plain(r.inputs) as Record<string, unknown>,
+    }));
+    assert.ok(isSecretValue(proxiesOf()[0].inputs.userData), "user-data is a secret input");
+    assert.equal(kvm.inputs.vcpus, 2);
+    assert.equal(kvm.inputs.memoryMiB, 768);
+    assert.deepEqual(kvm.inputs.image, pool.DEFAULT_KVM_IMAGE);
+    assert.deepEqual(kvm.inputs.readiness, { mode: "port", port: 3128 });
+    assert.match(String(kvm.inputs.userData), /^#cloud-config\n/);
+    assert.equal(proxmox.inputs.cores, 2);
+    assert.deepEqual(proxmox.inputs.tags, ["crawler"]);
+    assert.equal(await valueOf(instance.count), 4);
+    const childUrn = await valueOf(instance.children.get("kvm1-0")!.urn);
+    assert.match(
+      childUrn,
+      /::egress-proxies:index:EgressProxyPool\$pulumi-nodejs:dynamic\/egress-proxies:KvmProxy::edge-kvm1-0$/,
+    );
+    assert.deepEqual(
+      proxies.map((proxy) => [proxy.name, proxy.backend, proxy.kind, proxy.host]),
+      [
+        ["kvm1-0", "kvm1", "kvm", "kvm1.lan"],
+        ["kvm1-1", "kvm1", "kvm", "kvm1.lan"],
+        ["kvm2-0", "kvm2", "kvm", "kvm1.lan"],
+        ["pve1-0", "pve1", "proxmox", "pve1"],
+      ],
+    );
+    const endpoints = await valueOf(instance.endpoints);
+    assert.equal(endpoints.length, 4);
+    assert.ok(
+      endpoints.every((url) => /^http:\/\/198\.51\.100\.\d+:3128$/.test(url)),
+      endpoints.join(),
+    );
+    assert.deepEqual(
+      proxies.map((proxy) => proxy.endpoint),
+      endpoints,
+    );
+  });
+
+  it("scaling up or down keeps every survivor's name and inputs (nothing replaced)", async () => {
+    const declare = async (count: number) => {
+      registered = [];
+      const instance = new pool.EgressProxyPool("scale", {
+        backends: [KVM("a"), KVM("b", { weight: 2 }), PROXMOX("c")],
+        count,
+      });
+      await valueOf(instance.proxies);
+      await settle();
+      return new Map(proxiesOf().map((r) => [r.name, JSON.stringify(r.inputs)]));
+    };
+    const three = await declare(3);
+    const six = await declare(6);
+    const two = await declare(2);
+    assert.deepEqual([three.size, six.size, two.size], [3, 6, 2]);
+    for (const [name, inputs] of three)
+      assert.equal(six.get(name), inputs, `${name} unchanged when growing`);
+    for (const [name, inputs] of two)
+      assert.equal(three.get(name), inputs, `${name} unchanged when shrinking`);
+  });
+
+  it("keeps the basic-auth password secret: hash on the VM, secret URLs, plain URLs without it", async () => {
+    const password = "s3cret horse/battery";
+    const instance = new pool.EgressProxyPool("auth", {
+      backends: [KVM("kvm1")],
+      count: 2,
+      squid: {
+        port: 8080,
+        basicAuth: { user: "crawler", password },
+        allowedClientCidrs: ["10.1.0.0/16"],
+      },
+      kubernetes: { namespace: "crawlers", name: "egress" },
+    });
+    const withCredentials = await valueOf(instance.endpointsWithCredentials);
+    await settle();
+    assert.equal(await isSecret(instance.endpointsWithCredentials), true);
+    assert.ok(
+      withCredentials.every((url) => url.startsWith("http://crawler:s3cret%20horse%2Fbattery@")),
+    );
+    assert.equal(await isSecret(instance.endpoints), false);
+    assert.ok((await valueOf(instance.endpoints)).every((url) => !url.includes("s3cret")));
+    assert.equal(await isSecret(instance.proxies), false);
+    // Nothing registered carries the password except the Kubernetes Secret's data, which is secret.
+    for (const resource of registered.filter((r) => r.type !== "kubernetes:core/v1:Secret"))
+      assert.ok(
+        !JSON.stringify(resource.inputs).includes("s3cret"),
+        `${resource.name} carries the password`,
+      );
+    const child = proxiesOf()[0];
+    assert.ok(isSecretValue(child.inputs.userData));
+    assert.match(String(plain(child.inputs.userData)), /crawler:\$6\$/);
+    const secretObject = registered.find((r) => r.type === "kubernetes:core/v1:Secret")!;
+    assert.ok(
+      isSecretValue(secretObject.inputs.stringData),
+      "the Secret's data is registered as a secret",
+    );
+  });
+
+  it("publishes to Kubernetes: Secret with URLs, selector-less Service, EndpointSlice of VM IPs", async () => {
+    const instance = new pool.EgressProxyPool("k8s", {
+      backends: [KVM("kvm1"), PROXMOX("pve1")],
+      count: 2,
+      kubernetes: { namespace: "crawlers", name: "egress", labels: { team: "data" } },
+    });
+    const endpoints = await valueOf(instance.endpoints);
+    await settle();
+    const byType = (type: string) =>
+      plain(registered.find((r) => r.type === type)!.inputs) as never;
+    const secret = byType("kubernetes:core/v1:Secret") as {
+      metadata: { name: string; namespace: string; labels: Record<string, string> };
+      stringData: Record<string, string>;
+    };
+    const service = byType("kubernetes:core/v1:Service") as {
+      metadata: { name: string; labels: Record<string, string> };
+      spec: { selector?: unknown; ports: Array<{ port: number }> };
+    };
+    const slice = byType("kubernetes:discovery.k8s.io/v1:EndpointSlice") as {
+      metadata: { name: string; labels: Record<string, string> };
+      addressType: string;
+      endpoints: Array<{ addresses: string[] }>;
+      ports: Array<{ port: number }>;
+    };
+    assert.deepEqual([secret.metadata.name, secret.metadata.namespace], ["egress", "crawlers"]);
+    assert.equal(secret.stringData["proxies.txt"], endpoints.map((url) => `${url}\n`).join(""));
+    assert.deepEqual(JSON.parse(secret.stringData["proxies.json"]), endpoints);
+    assert.equal(service.spec.selector, undefined, "no selector: the slice lists the endpoints");
+    assert.equal(service.spec.ports[0].port, 3128);
+    assert.equal(slice.metadata.labels["kubernetes.io/service-name"], "egress");
+    assert.equal(slice.addressType, "IPv4");
+    assert.deepEqual(
+      slice.endpoints.flatMap((endpoint) => endpoint.addresses).map((ip) => `http://${ip}:3128`),
+      endpoints,
+    );
+    for (const labels of [secret.metadata.labels, service.metadata.labels, slice.metadata.labels]) {
+      assert.equal(labels["app.kubernetes.io/part-of"], "egress-proxies");
+      assert.equal(labels["app.kubernetes.io/instance"], "egress");
+      assert.equal(labels["app.kubernetes.io/managed-by"], "pulumi");
+      assert.equal(labels.team, "data");
+    }
+  });
+
+  it("refuses bad arguments with every problem named, before declaring anything", () => {
+    assert.throws(
+      () =>
+        new pool.EgressProxyPool("bad", {
+          backends: [KVM("kvm1"), { name: "both", kvm: {}, proxmox: {} } as never],
+          squid: { port: 0 },
+        }),
+      (error: Error) =>
+        error instanceof pool.PoolArgsError &&
+        /count is required/.test(error.message) &&
+        /backends\[1\] must have exactly one of kvm or proxmox \(found both\)/.test(
+          error.message,
+        ) &&
+        /squid\.port must be/.test(error.message),
+    );
+  });
+
+  describe("in preview, without credentials", () => {
+    before(() => useMocks(true));
+    after(() => useMocks(false));
+
+    it("declares the same children and leaves endpoints unknown instead of failing", async () => {
+      const instance = new pool.EgressProxyPool("preview", {
+        backends: [
+          { name: "kvm1", kvm: { connection: pulumi.output(pulumi.unknown) as never } },
+          PROXMOX("pve1", { count: 1 }),
+        ],
+        count: 3,
+        squid: { basicAuth: { user: "crawler", password: pulumi.output(pulumi.unknown) as never } },
+        kubernetes: { namespace: "crawlers", name: "egress" },
+      });
+      await settle();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.deepEqual(
+        proxiesOf().map((r) => r.name),
+        ["preview-kvm1-0", "preview-kvm1-1", "preview-pve1-0"],
+      );
+      assert.equal(await isKnown(instance.endpoints), false);
+      assert.equal(await isKnown(instance.endpointsWithCredentials), false);
+      assert.equal(await isSecret(instance.endpointsWithCredentials), true);
+      assert.equal(await valueOf(instance.count), 3);
+    });
+  });
+});
