@@ -29,6 +29,32 @@ export interface HostSession {
 }
 
 type HostTarget = Pick<KvmProxyInputs, "connection" | "socketPath">;
+
+/**
+ * SSH credentials from provider config (`pulumi config set --secret
+ * egress-proxies:kvmPrivateKey "$(cat ~/.ssh/id_ed25519)"`), used when a
+ * resource's connection gives none; after them come SSH_AUTH_SOCK and
+ * ~/.ssh/id_*. Module state of the provider process, never serialized.
+ */
+export const KVM_CONFIG_KEYS = {
+  privateKey: "egress-proxies:kvmPrivateKey",
+  passphrase: "egress-proxies:kvmPassphrase",
+  knownHosts: "egress-proxies:kvmKnownHosts",
+} as const;
+let configured: Partial<Record<keyof typeof KVM_CONFIG_KEYS, string>> = {};
+
+export function rememberKvmProviderConfig(
+  config: { get(key: string): string | undefined } | undefined,
+): void {
+  configured = {};
+  if (config === undefined) return;
+  for (const [name, key] of Object.entries(KVM_CONFIG_KEYS)) {
+    const value = config.get(key);
+    if (typeof value === "string" && value !== "")
+      configured[name as keyof typeof KVM_CONFIG_KEYS] = value;
+  }
+}
+
 type DialTarget =
   { kind: "local"; socketPath: string } | ({ kind: "ssh"; dialTimeoutMs: number } & SshTarget);
 
@@ -43,15 +69,27 @@ function dialTargetOf(target: HostTarget): DialTarget {
     socketPath,
     dialTimeoutMs: connection.dialTimeoutSeconds * 1000,
     insecureSkipHostKeyVerification: connection.insecureIgnoreHostKey,
-    ...(connection.privateKey !== undefined
-      ? { privateKey: new SecretValue(connection.privateKey) }
-      : {}),
-    ...(connection.passphrase !== undefined
-      ? { passphrase: new SecretValue(connection.passphrase) }
-      : {}),
-    ...(connection.knownHosts !== undefined ? { knownHosts: connection.knownHosts } : {}),
+    ...optional(
+      "privateKey",
+      connection.privateKey ?? configured.privateKey,
+      (key) => new SecretValue(key),
+    ),
+    ...optional(
+      "passphrase",
+      connection.passphrase ?? configured.passphrase,
+      (phrase) => new SecretValue(phrase),
+    ),
+    ...optional("knownHosts", connection.knownHosts ?? configured.knownHosts, (text) => text),
     ...(connection.agentSocket !== undefined ? { agentSocket: connection.agentSocket } : {}),
   };
+}
+
+function optional<K extends string, T>(
+  key: K,
+  value: string | undefined,
+  wrap: (value: string) => T,
+): Partial<Record<K, T>> {
+  return value === undefined ? {} : ({ [key]: wrap(value) } as Record<K, T>);
 }
 
 const keyOf = (target: DialTarget): string =>

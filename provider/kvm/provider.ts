@@ -28,7 +28,7 @@ import { safeErrorMessage } from "../common/redact";
 import type { DomainHandle } from "../libvirt-rpc-xdr";
 import { buildNoCloudSeed } from "../nocloud";
 import { lookUpAddress } from "./addresses";
-import { openHost, type HostSession } from "./connect";
+import { openHost, rememberKvmProviderConfig, type HostSession } from "./connect";
 import { KVM_CHANGE_TABLE } from "./diff";
 import { buildDomainXml, parseDomainXml } from "./domain-xml";
 import type { LibvirtHost, VmState } from "./host";
@@ -63,6 +63,14 @@ export type ProgressLog = (message: string) => void;
 let progressLog: ProgressLog = (message) => logToEngine(`KvmProxy: ${message}`);
 export function setProgressLog(log: ProgressLog): void {
   progressLog = log;
+}
+
+// ---- configure -------------------------------------------------------------------------------------
+
+export async function configure(request: {
+  config?: { get(key: string): string | undefined };
+}): Promise<void> {
+  rememberKvmProviderConfig(request.config);
 }
 
 // ---- check / diff: pure -----------------------------------------------------------------------

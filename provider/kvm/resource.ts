@@ -7,6 +7,7 @@ import * as implementation from "./provider";
  * credential or live handle ends up in the closure.
  */
 const kvmProvider: pulumi.dynamic.ResourceProvider = {
+  configure: (request) => implementation.configure(request),
   check: (olds, news) => implementation.check(olds, news),
   diff: (id, olds, news) => implementation.diff(id, olds, news),
   create: (inputs) => implementation.create(inputs),

@@ -130,8 +130,11 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     );
     servers.push(server);
     engines.push(engine);
-    await server.configure({});
-    const captured = captureResourceInputs(project, "KvmProxy", "edge-b", programArgs());
+    // The key comes from provider config (a secret in Pulumi.<stack>.yaml), not from the resource.
+    await server.configure({ "egress-proxies:kvmPrivateKey": readFileSync(lab.clientKey, "utf8") });
+    const args = programArgs();
+    const { privateKey: _fromConfig, ...connection } = args.connection as Props;
+    const captured = captureResourceInputs(project, "KvmProxy", "edge-b", { ...args, connection });
     const { urn } = captured;
     const checked = await server.check(urn, {}, captured.inputs);
     assert.deepEqual(checked.failures, []);
