@@ -6,6 +6,7 @@
 import { runKvmBenchmarks } from "./kvm";
 import { runLibvirtBenchmarks } from "./libvirt";
 import { runProxmoxBenchmarks } from "./pve";
+import { runReaperBenchmarks } from "./reaper";
 import { runSeedBenchmarks } from "./seed";
 
 const suites: Record<string, () => Promise<void>> = {
@@ -13,6 +14,7 @@ const suites: Record<string, () => Promise<void>> = {
   pve: runProxmoxBenchmarks,
   libvirt: runLibvirtBenchmarks,
   kvm: runKvmBenchmarks,
+  reaper: runReaperBenchmarks,
 };
 
 async function main(): Promise<void> {
