@@ -1,6 +1,30 @@
-// The root Pulumi program. The pool issue replaces this placeholder with a pool
-// built from stack config; until then it only proves the package loads.
+// The root Pulumi program: `pulumi up` in this repository deploys the pool
+// described by stack config (see Pulumi.example.yaml). Without any config it
+// puts one proxy on the libvirt daemon of the machine it runs on.
 import * as pulumi from "@pulumi/pulumi";
-import { packageVersion } from "./provider";
+import type * as EgressProxies from "./components";
 
-export const egressProxiesVersion = pulumi.output(packageVersion);
+// The package is loaded by its name (node_modules/egress-proxies, a link to
+// this repository made by `npm ci`'s prepare step, with --preserve-symlinks
+// from Pulumi.yaml) and not as "./components": Pulumi serializes a dynamic
+// provider from outside node_modules by value, which fails, while one from
+// node_modules becomes a `require` of the built package, as for every user.
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const egressProxies = require("egress-proxies") as typeof EgressProxies;
+
+const config = new pulumi.Config(egressProxies.CONFIG_NAMESPACE);
+const parsed = egressProxies.poolArgsFromStackConfig({
+  pool: config.getObject<unknown>("pool"),
+  basicAuthPassword: config.getSecret("basicAuthPassword"),
+  sshPrivateKey: config.getSecret("sshPrivateKey"),
+  extraCloudInit: config.get("extraCloudInit"),
+});
+if (!parsed.ok)
+  throw new pulumi.RunError(`stack config is not valid:\n  - ${parsed.problems.join("\n  - ")}`);
+
+const pool = new egressProxies.EgressProxyPool("egress", parsed.args);
+
+export const endpoints = pool.endpoints;
+export const endpointsWithCredentials = pool.endpointsWithCredentials;
+export const proxies = pool.proxies;
+export const count = pool.count;

@@ -23,3 +23,10 @@ export { placeProxies, proxiesPerBackend, PlacementError } from "./placement";
 export type { PlacedProxy, PlacementBackend } from "./placement";
 export type { KubernetesObjects, KubernetesPublishingArgs } from "./kubernetes";
 export { DEFAULT_ALLOWED_CLIENT_CIDRS, DEFAULT_SQUID_PORT } from "./squid-cloud-init";
+export {
+  CONFIG_NAMESPACE,
+  DEFAULT_POOL_CONFIG,
+  poolArgsFromStackConfig,
+  poolConfigSchema,
+} from "./stack-config";
+export type { PoolConfig, RawStackConfig, StackConfigResult } from "./stack-config";
