@@ -85,7 +85,22 @@ export function planReaping(
   states: readonly StackState[],
   options: PlanOptions,
 ): PlanEntry[] {
-  const byStack = new Map(states.map((state) => [stackKey(state), state]));
+  // Two sources for one stack (a backup and the live backend, say): either one referencing an item keeps it.
+  const byStack = new Map<string, StackState>();
+  for (const state of states) {
+    const seen = byStack.get(stackKey(state));
+    byStack.set(
+      stackKey(state),
+      seen === undefined
+        ? state
+        : {
+            ...seen,
+            source: `${seen.source}, ${state.source}`,
+            resourceIds: new Set([...seen.resourceIds, ...state.resourceIds]),
+            vmNames: new Set([...seen.vmNames, ...state.vmNames]),
+          },
+    );
+  }
   return listings.flatMap((listing) =>
     listing.items.map((item) => decide(item, listing, byStack, options)),
   );
@@ -150,6 +165,9 @@ function decideBaseImage(
   const keep = (why: string): PlanEntry => ({ item, action: "keep", why, ...extra });
   if (ownership.usedBy.length > 0) return keep(`backs ${ownership.usedBy.join(", ")}`);
   if (!options.pruneImages) return keep("unused base image (pass --prune-images to remove)");
+  // A base serves every project on the host: a sweep limited to one project does not decide for the rest.
+  if (options.project !== undefined)
+    return keep("unused base image, but --project limits this sweep and bases are shared");
   if (ageMs === undefined) return keep("creation time unreadable or in the future");
   if (ageMs < options.minAgeMs) return keep(`younger than --min-age (${formatAge(ageMs)})`);
   if (!listing.complete) return keep(`unused, but ${listing.backend} was not listed completely`);

@@ -13,7 +13,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createMark, type OwnershipMark } from "../../provider/common/mark";
 import { buildDomainXml } from "../../provider/kvm/domain-xml";
-import { overlayVolumeName, seedVolumeName } from "../../provider/kvm/naming";
+import { baseImageMarkerName, overlayVolumeName, seedVolumeName } from "../../provider/kvm/naming";
+import { overlayVolumeXml } from "../../provider/kvm/volume-xml";
 import {
   ListAllDomainsFlags,
   Procedures,
@@ -31,6 +32,8 @@ import { openLabSshWithServerPids, signalAll } from "./ssh-helpers";
 const HOUR = 3_600_000;
 const RUN = `${process.pid.toString(36)}${Math.random().toString(36).slice(2, 6)}`;
 const PREFIX = `reap-${RUN}-`;
+/** This run's fake base images: named like the cache's, so the reaper takes them for bases. */
+const BASE_PREFIX = `egress-base-reap${RUN}`;
 const PROJECT = `reap-lab-${RUN}`;
 const STACK = "sweep";
 const owner = (stack = STACK, resource = "proxy") => ({ project: PROJECT, stack, resource });
@@ -72,7 +75,8 @@ describe("reaper in the lab (real libvirtd over SSH)", function () {
     for (const dom of domains)
       if (dom.name.startsWith(PREFIX)) await removeDomainIfPresent(inspector, dom.name);
     for (const name of await volumeNames())
-      if (name.startsWith(PREFIX)) await deleteVolumeIfPresent(inspector, pool, name);
+      if (name.startsWith(PREFIX) || name.startsWith(BASE_PREFIX))
+        await deleteVolumeIfPresent(inspector, pool, name);
   }
 
   async function volumeNames(): Promise<string[]> {
@@ -93,8 +97,12 @@ describe("reaper in the lab (real libvirtd over SSH)", function () {
   }
 
   /** A volume, its file dated `age` ago: the pool's timestamps are the reaper's only clock for volumes. */
-  async function makeVolume(name: string, format: "qcow2" | "raw", ageMs = 2 * HOUR) {
-    const xml = `<volume><name>${name}</name><capacity unit='bytes'>${16 * 1024 * 1024}</capacity><target><format type='${format}'/></target></volume>`;
+  async function makeVolume(
+    name: string,
+    format: "qcow2" | "raw",
+    ageMs = 2 * HOUR,
+    xml = `<volume><name>${name}</name><capacity unit='bytes'>${16 * 1024 * 1024}</capacity><target><format type='${format}'/></target></volume>`,
+  ) {
     const vol = await inspector.call(Procedures.storageVolCreateXml, { pool, xml, flags: 0 });
     const path = await inspector.call(Procedures.storageVolGetPath, { vol });
     const then = new Date(Date.now() - ageMs);
@@ -380,5 +388,60 @@ describe("reaper in the lab (real libvirtd over SSH)", function () {
       flags: ListAllDomainsFlags.INACTIVE,
     });
     assert.ok(domains.some((dom) => dom.name === orphan));
+  });
+
+  it("with --prune-images plans an unused base image for removal and keeps one an overlay backs onto", async () => {
+    const used = `${BASE_PREFIX}used.qcow2`;
+    const free = `${BASE_PREFIX}free.qcow2`;
+    const usedVol = await makeVolume(used, "qcow2");
+    await makeVolume(baseImageMarkerName(used), "raw");
+    await makeVolume(free, "qcow2");
+    await makeVolume(baseImageMarkerName(free), "raw");
+    const usedPath = await inspector.call(Procedures.storageVolGetPath, { vol: usedVol });
+    const overlay = overlayVolumeName(vm("onbase"));
+    await makeVolume(
+      overlay,
+      "qcow2",
+      2 * HOUR,
+      overlayVolumeXml(overlay, 16n * 1024n * 1024n, { path: usedPath, format: "qcow2" }),
+    );
+    const cfg = config([{ checkpointFile: stateFile([], label()) }]);
+    // A dry run without --project: other people's bases in the shared pool are only looked at.
+    const dry = await sweep(cfg, { pruneImages: true, project: undefined });
+    assert.equal(dry.status, EXIT.ok, dry.stderr);
+    const entry = (name: string) => dry.report.items.find((item) => item.name === name);
+    assert.equal(entry(free)?.action, "reap");
+    assert.match(entry(free)?.why ?? "", /no overlay backs onto it/);
+    assert.equal(entry(used)?.action, "keep");
+    assert.match(entry(used)?.why ?? "", new RegExp(`backs ${overlay.replace(/\./g, "\\.")}`));
+    assert.ok(
+      !dry.report.items.some((item) => item.name.endsWith(".ready")),
+      "markers are not listed on their own",
+    );
+
+    // Removing just this run's unused base (the shared pool's others stay): base and marker go.
+    const session = sessionOver(await openLocalLibvirt({ socketPath: lab.libvirtSocket }), label());
+    try {
+      const removed = await deleteKvmEntry(session, cfg.kvm[0]!, {
+        item: {
+          backend: "lab",
+          host: label(),
+          kind: "base-image",
+          name: free,
+          pool: lab.pool,
+          ownership: { kind: "shared", usedBy: [] },
+        },
+        action: "reap",
+        why: "test",
+      });
+      assert.equal(removed, "removed");
+    } finally {
+      await session.close();
+    }
+    const volumes = await volumeNames();
+    assert.ok(!volumes.includes(free) && !volumes.includes(baseImageMarkerName(free)));
+    assert.ok(volumes.includes(used) && volumes.includes(baseImageMarkerName(used)));
+    for (const name of [overlay, baseImageMarkerName(used), used])
+      await deleteVolumeIfPresent(inspector, pool, name);
   });
 });

@@ -207,6 +207,28 @@ describe("reaper plan (pure)", () => {
       "egress-base-used.qcow2": "keep",
     });
     assert.match(withPrune[1]!.why, /backs proxy-a\.qcow2/);
+    const scoped = planReaping([listing(items)], [], {
+      ...OPTIONS,
+      pruneImages: true,
+      project: "web",
+    });
+    assert.equal(
+      scoped[0]!.action,
+      "keep",
+      "a sweep limited to one project never prunes shared bases",
+    );
+  });
+
+  it("keeps an item that any of two states of the same stack references", () => {
+    const plan = planReaping(
+      [listing([marked("proxy-a"), marked("proxy-b"), marked("proxy-c")])],
+      [
+        state("web", "prod", ["hosts/kvm1.lan/domains/proxy-a"]),
+        state("web", "prod", [], ["proxy-b"]),
+      ],
+      OPTIONS,
+    );
+    assert.deepEqual(actions(plan), { "proxy-a": "keep", "proxy-b": "keep", "proxy-c": "reap" });
   });
 
   it("reads durations and prints ages", () => {
