@@ -69,9 +69,29 @@ const proxmoxBackend = z.strictObject({
   ),
 });
 
-const backendSchema = z.union([kvmBackend, proxmoxBackend], {
-  error: "each backend must be { name, kvm: {...} } or { name, proxmox: {...} }",
-});
+/**
+ * Picks the backend's schema by its key, so a mistake inside `proxmox` is
+ * reported at its own path instead of as "matches neither kind".
+ */
+const backendSchema = z.unknown().pipe(
+  z
+    .custom<z.output<typeof kvmBackend> | z.output<typeof proxmoxBackend>>()
+    .superRefine((value, context) => {
+      const isObject = typeof value === "object" && value !== null;
+      const kinds = isObject ? ["kvm", "proxmox"].filter((kind) => kind in value) : [];
+      if (kinds.length !== 1) {
+        context.addIssue({
+          code: "custom",
+          message: `each backend must be { name, kvm: {...} } or { name, proxmox: {...} } (found ${kinds.length === 0 ? "neither" : "both"})`,
+        });
+        return;
+      }
+      const result = (kinds[0] === "kvm" ? kvmBackend : proxmoxBackend).safeParse(value);
+      if (!result.success)
+        for (const issue of result.error.issues)
+          context.addIssue({ code: "custom", message: issue.message, path: issue.path });
+    }),
+);
 
 export const poolConfigSchema = z.strictObject({
   count: count("count").optional(),
