@@ -5,12 +5,8 @@
  */
 import type * as pulumi from "@pulumi/pulumi";
 import { Deadline, sleepWithin } from "../common/deadline";
-import {
-  decideDiff,
-  provisionalVmName,
-  resourceNameOf,
-  vmNameAfterReplacement,
-} from "../common/diff";
+import { checkWithAutonaming, plainJson as plain } from "../common/check";
+import { decideDiff } from "../common/diff";
 import { EgressProxyError, PermanentError, TransientError } from "../common/errors";
 import type { CheckFailure } from "../common/inputs";
 import {
@@ -79,13 +75,7 @@ export async function check(
   olds: Props,
   news: Props,
 ): Promise<{ inputs: Props; failures: CheckFailure[] }> {
-  const resourceName = resourceNameOf(news);
-  const named = { ...news, ...provisionalVmName(olds, news, resourceName) };
-  const result = validateKvmInputs(named);
-  if (!result.ok) return { inputs: named, failures: result.failures };
-  const inputs = { ...result.inputs, vmName: named.vmName, vmNameChosenBy: named.vmNameChosenBy };
-  inputs.vmName = vmNameAfterReplacement(KVM_CHANGE_TABLE, olds, inputs, resourceName);
-  return { inputs: plain(inputs), failures: [] };
+  return checkWithAutonaming(KVM_CHANGE_TABLE, olds, news, validateKvmInputs);
 }
 
 export async function diff(
@@ -471,9 +461,4 @@ function toError(error: unknown): Error {
   if (error instanceof EgressProxyError) return error;
   if (error instanceof Error) return new TransientError(safeErrorMessage(error), { cause: error });
   return new TransientError(String(error));
-}
-
-/** Outputs must be plain JSON: no undefined (the gRPC Struct rejects it), no class instances. */
-function plain<T extends object>(value: T): Props {
-  return JSON.parse(JSON.stringify(value)) as Props;
 }

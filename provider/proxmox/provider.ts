@@ -1,10 +1,6 @@
 import { Deadline, retryWithBackoff } from "../common/deadline";
-import {
-  provisionalVmName,
-  resourceNameOf,
-  sameValue,
-  vmNameAfterReplacement,
-} from "../common/diff";
+import { checkWithAutonaming, plainJson as plain } from "../common/check";
+import { sameValue } from "../common/diff";
 import { isNotFound, isTransient, PermanentError, withContext } from "../common/errors";
 import {
   createMark,
@@ -88,13 +84,10 @@ export async function check(
   olds: Props,
   news: Props,
 ): Promise<{ inputs: Props; failures: CheckFailure[] }> {
-  const resourceName = resourceNameOf(news);
-  const named = { ...news, ...provisionalVmName(olds, news, resourceName) };
-  const result = validateInputs(named);
-  if (!result.ok) return { inputs: named, failures: result.failures };
-  const inputs = { ...result.inputs, tags: normalizeTags(result.inputs.tags) };
-  inputs.vmName = vmNameAfterReplacement(PROXMOX_CHANGE_TABLE, olds, inputs, resourceName);
-  return { inputs: plain(inputs), failures: [] };
+  return checkWithAutonaming(PROXMOX_CHANGE_TABLE, olds, news, validateInputs, (inputs) => ({
+    ...inputs,
+    tags: normalizeTags(inputs.tags),
+  }));
 }
 
 export async function diff(_id: string, olds: Props, news: Props): Promise<DiffDecision> {
@@ -668,11 +661,6 @@ function pick(props: Props, keys: string[]): Props {
   const out: Props = {};
   for (const key of keys) if (props[key] !== undefined) out[key] = props[key];
   return out;
-}
-
-/** Plain JSON: no undefined values (protobuf Structs cannot carry them). */
-function plain<T>(value: T): T {
-  return JSON.parse(JSON.stringify(value)) as T;
 }
 
 function notFoundAsUndefined(error: unknown): undefined {

@@ -1,0 +1,38 @@
+/**
+ * What `check` does for both resources: name the VM, validate, and settle the
+ * name once defaults are filled. Pure and offline (`pulumi preview` in CI).
+ */
+import {
+  provisionalVmName,
+  resourceNameOf,
+  vmNameAfterReplacement,
+  type ChangeTable,
+} from "./diff";
+import type { CheckFailure, ValidationResult } from "./inputs";
+
+type Props = Record<string, unknown>;
+
+export function checkWithAutonaming<T extends { vmName?: string; vmNameChosenBy?: string }>(
+  table: ChangeTable,
+  olds: Props,
+  news: Props,
+  validate: (named: Props) => ValidationResult<T>,
+  normalize: (inputs: T) => T = (inputs) => inputs,
+): { inputs: Props; failures: CheckFailure[] } {
+  const resourceName = resourceNameOf(news);
+  const named = { ...news, ...provisionalVmName(olds, news, resourceName) };
+  const result = validate(named);
+  if (!result.ok) return { inputs: named, failures: result.failures };
+  const inputs = {
+    ...normalize(result.inputs),
+    vmName: named.vmName,
+    vmNameChosenBy: named.vmNameChosenBy,
+  };
+  inputs.vmName = vmNameAfterReplacement(table, olds, inputs, resourceName);
+  return { inputs: plainJson(inputs), failures: [] };
+}
+
+/** Plain JSON for the gRPC Struct: no undefined (it is rejected), no class instances. */
+export function plainJson<T>(value: T): T {
+  return JSON.parse(JSON.stringify(value)) as T;
+}
