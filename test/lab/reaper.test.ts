@@ -352,8 +352,9 @@ describe("reaper in the lab (real libvirtd over SSH)", function () {
         serverPids = dialled.serverPids;
         return sessionOver(dialled.conn, label());
       },
-      onKvmDomainRead: () => {
-        if (killed) return;
+      // Cut right after the orphan's own mark was read: it is listed, but the listing is not complete.
+      onKvmDomainRead: (name) => {
+        if (killed || name !== orphan) return;
         killed = true;
         signalAll(serverPids, "SIGKILL");
       },
@@ -365,6 +366,9 @@ describe("reaper in the lab (real libvirtd over SSH)", function () {
     assert.match(cut.stderr, /lab not listed completely/);
     assert.deepEqual(cut.report.removed, []);
     assert.deepEqual(reapNames(cut.report), []);
+    const listed = cut.report.items.find((item) => item.name === orphan);
+    assert.equal(listed?.action, "keep");
+    assert.match(listed?.why ?? "", /orphan, but lab was not listed completely/);
     assert.ok((await domainNames()).includes(orphan), "the orphan is still there");
     assert.ok((await volumeNames()).includes(seedVolumeName(vm("cutseed"))));
   });
