@@ -255,6 +255,11 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
       mine.sort(),
       [overlayVolumeName("resume-test-1"), seedVolumeName("resume-test-1")].sort(),
     );
+    // A paused VM reads as paused (never "stopped"), keeps its address, and still deletes cleanly.
+    execFileSync("virsh", ["-q", "-c", "qemu:///system", "suspend", "resume-test-1"]);
+    const paused = await kvm.read(first.id, { ...second.outs, ip: "198.51.100.99" });
+    assert.equal(paused.props!.state, "paused");
+    assert.equal(paused.props!.ip, "198.51.100.99", "a paused VM keeps the address it had");
     await kvm.remove(first.id, first.outs);
     assert.equal(await domainExists("resume-test-1"), false);
   });
