@@ -121,7 +121,11 @@ function decide(
   const { ownership } = item;
   switch (ownership.kind) {
     case "unmarked":
-      return keep("no ownership mark: not ours");
+      return keep(
+        item.kind === "volume" || item.kind === "seed"
+          ? "no domain, but volumes carry no mark: owner unknown (see unmarkedVolumes)"
+          : "no ownership mark: not ours",
+      );
     case "corrupt":
       return keep(`unreadable ownership mark (${ownership.reason}): left for a person`);
     case "shared":

@@ -180,6 +180,7 @@ describe("reaper plan (pure)", () => {
       "theirs.qcow2": "keep",
     });
     assert.match(plan[0]!.why, /owner from the config/);
+    assert.match(plan[2]!.why, /volumes carry no mark: owner unknown \(see unmarkedVolumes\)/);
   });
 
   it("prunes an unused base image only with --prune-images, never one an overlay backs onto", () => {
