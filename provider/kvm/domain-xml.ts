@@ -213,14 +213,21 @@ const text = (node: unknown): string | undefined => {
 };
 
 /** Reads the ownership mark from any element in our namespace, whatever prefix the host serialised it with. */
-export function readMarkFromElement(container: unknown): MarkReading {
+/**
+ * Reads the ownership mark from any element in our namespace, whatever prefix
+ * the host serialised it with. `namespaceKnown` is for DOMAIN_GET_METADATA's
+ * answer: the query already named our namespace, and libvirt returns the
+ * element without declaring it.
+ */
+export function readMarkFromElement(container: unknown, namespaceKnown = false): MarkReading {
   for (const [key, value] of Object.entries(asNode(container))) {
     if (key.startsWith("@_") || key === "#text") continue;
     for (const element of Array.isArray(value) ? value : [value]) {
       const [prefix, local] = key.includes(":") ? key.split(":", 2) : [undefined, key];
       const namespace =
         prefix === undefined ? attribute(element, "xmlns") : attribute(element, `xmlns:${prefix}`);
-      if (namespace !== MARK_XML_NAMESPACE || local !== MARK_ELEMENT) continue;
+      const ours = namespace === MARK_XML_NAMESPACE || (namespaceKnown && namespace === undefined);
+      if (!ours || local !== MARK_ELEMENT) continue;
       const fields: Record<string, string> = {};
       for (const [name, fieldValue] of Object.entries(asNode(element)))
         if (name.startsWith("@_") && !name.startsWith("@_xmlns") && typeof fieldValue === "string")
@@ -234,10 +241,10 @@ export function readMarkFromElement(container: unknown): MarkReading {
   return { kind: "unmarked" };
 }
 
-/** Parses what DOMAIN_GET_METADATA returns for our namespace (one element). */
+/** Parses what DOMAIN_GET_METADATA returns for our namespace (one element, namespace implied). */
 export function parseMarkElementXml(xml: string): MarkReading {
   try {
-    return readMarkFromElement(parser.parse(xml));
+    return readMarkFromElement(parser.parse(xml), true);
   } catch (error) {
     return { kind: "corrupt", reason: `metadata is not XML: ${(error as Error).message}` };
   }

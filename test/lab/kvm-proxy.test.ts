@@ -10,7 +10,8 @@ import { readFileSync } from "node:fs";
 import { errorClassOf } from "../../provider/common/errors";
 import { fetchThroughProxy } from "../../provider/common/proxy-probe";
 import { createMark } from "../../provider/common/mark";
-import { closeAllHosts, dialCount } from "../../provider/kvm/connect";
+import { Deadline } from "../../provider/common/deadline";
+import { closeAllHosts, dialCount, openHost } from "../../provider/kvm/connect";
 import { buildDomainXml } from "../../provider/kvm/domain-xml";
 import {
   baseImageMarkerName,
@@ -283,6 +284,13 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
     });
     const dom = await inspector.call(Procedures.domainDefineXml, { xml });
     try {
+      // The mark as libvirt's own metadata call returns it (no namespace declaration on the element).
+      const session = await openHost(
+        { socketPath: lab.libvirtSocket, connection: undefined },
+        Deadline.afterSeconds(30, "test"),
+      );
+      const reading = await session.host.mark(dom);
+      assert.equal(reading.kind === "marked" && reading.mark.owner.stack, "else");
       const outs = { ...inputs, host: "local" };
       await assert.rejects(
         kvm.read("hosts/local/domains/not-ours-1", outs),

@@ -294,6 +294,13 @@ describe("domain XML", () => {
       '<x:mark xmlns:x="urn:egress-proxies:ownership:1" managed="true" project="p" stack="s" resource="r" createdAt="2026-01-01T00:00:00Z"/>';
     assert.equal(parseMarkElementXml(ours).kind, "marked");
     assert.equal(parseMarkElementXml('<mark xmlns="urn:other" managed="true"/>').kind, "unmarked");
+    // DOMAIN_GET_METADATA answers for the namespace it was asked about, without declaring it.
+    assert.equal(
+      parseMarkElementXml(
+        '<mark managed="true" project="p" stack="s" resource="r" createdAt="2026-01-01T00:00:00Z"/>',
+      ).kind,
+      "marked",
+    );
     assert.equal(
       parseMarkElementXml('<mark xmlns="urn:egress-proxies:ownership:1" project="p"/>').kind,
       "corrupt",
