@@ -22,7 +22,8 @@ const parsed = egressProxies.poolArgsFromStackConfig({
 if (!parsed.ok)
   throw new pulumi.RunError(`stack config is not valid:\n  - ${parsed.problems.join("\n  - ")}`);
 
-const pool = new egressProxies.EgressProxyPool("egress", parsed.args);
+// The pool's resource name, and so the prefix of every VM name; default "egress".
+const pool = new egressProxies.EgressProxyPool(config.get("poolName") ?? "egress", parsed.args);
 
 export const endpoints = pool.endpoints;
 export const endpointsWithCredentials = pool.endpointsWithCredentials;
