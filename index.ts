@@ -16,7 +16,7 @@ const config = new pulumi.Config(egressProxies.CONFIG_NAMESPACE);
 const parsed = egressProxies.poolArgsFromStackConfig({
   pool: config.getObject<unknown>("pool"),
   basicAuthPassword: config.getSecret("basicAuthPassword"),
-  sshPrivateKey: config.getSecret("sshPrivateKey"),
+  kvmPrivateKey: config.getSecret("kvmPrivateKey"),
   extraCloudInit: config.get("extraCloudInit"),
 });
 if (!parsed.ok)

@@ -151,8 +151,11 @@ export interface RawStackConfig<Secret> {
   pool?: unknown;
   /** `egress-proxies:basicAuthPassword` (secret). */
   basicAuthPassword?: Secret;
-  /** `egress-proxies:sshPrivateKey` (secret): used for every KVM backend without its own key. */
-  sshPrivateKey?: Secret;
+  /**
+   * `egress-proxies:kvmPrivateKey` (secret): used for every KVM backend without its own key. The same
+   * key is KvmProxy's provider-config fallback, so one setting serves the program and the provider.
+   */
+  kvmPrivateKey?: Secret;
   /** `egress-proxies:extraCloudInit`: more cloud-init, its own MIME part. */
   extraCloudInit?: string;
 }
@@ -186,8 +189,8 @@ export function poolArgsFromStackConfig<Secret>(raw: RawStackConfig<Secret>): St
     const kvm =
       connection !== undefined &&
       connection.privateKey === undefined &&
-      raw.sshPrivateKey !== undefined
-        ? { ...backend.kvm, connection: { ...connection, privateKey: raw.sshPrivateKey } }
+      raw.kvmPrivateKey !== undefined
+        ? { ...backend.kvm, connection: { ...connection, privateKey: raw.kvmPrivateKey } }
         : backend.kvm;
     return { ...backend, kvm } as unknown as PoolBackend;
   });

@@ -215,7 +215,7 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
       "egress-proxies:pool": JSON.stringify(pool),
       "egress-proxies:poolName": "pool-e2e",
       "egress-proxies:basicAuthPassword": "e2e password / 1",
-      "egress-proxies:sshPrivateKey": readFileSync(lab.clientKey, "utf8"),
+      "egress-proxies:kvmPrivateKey": readFileSync(lab.clientKey, "utf8"),
     };
   }
 
@@ -235,7 +235,7 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
         PULUMI_CONFIG: JSON.stringify(stackConfig()),
         PULUMI_CONFIG_SECRET_KEYS: JSON.stringify([
           "egress-proxies:basicAuthPassword",
-          "egress-proxies:sshPrivateKey",
+          "egress-proxies:kvmPrivateKey",
         ]),
       },
     });

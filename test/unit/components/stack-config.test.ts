@@ -40,7 +40,7 @@ describe("root program: stack config", () => {
         readiness: "address",
       },
       basicAuthPassword: "<secret password>",
-      sshPrivateKey: "<secret key>",
+      kvmPrivateKey: "<secret key>",
     });
     assert.ok(result.ok, JSON.stringify(result));
     const kvm = result.args.backends[0] as unknown as {
