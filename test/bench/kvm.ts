@@ -7,7 +7,7 @@
  * `bench create_rpc_count=<libvirt calls + streams in one create>`.
  */
 import { execFile } from "node:child_process";
-import { rmSync, writeFileSync, readFileSync } from "node:fs";
+import { rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -19,7 +19,7 @@ import * as kvm from "../../provider/kvm/provider";
 import { LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
 import { buildNoCloudSeed } from "../../provider/nocloud";
 import { stopWhatThisProcessStarted, useLab, type LabEnv } from "../lab/lab";
-import { ensureProxyImage, serveImage } from "../lab/kvm-support";
+import { ensureProxyImage, labConnection, serveImage } from "../lab/kvm-support";
 import { median, printBench, timeMsAsync } from "./measure";
 
 const run = promisify(execFile);
@@ -66,13 +66,7 @@ export async function runKvmBenchmarks(): Promise<void> {
         {
           vmName,
           owner,
-          connection: {
-            host: lab.sshHost,
-            port: lab.sshPort,
-            user: lab.sshUser,
-            privateKey: readFileSync(lab.clientKey, "utf8"),
-            knownHosts: readFileSync(lab.knownHosts, "utf8"),
-          },
+          connection: labConnection(lab),
           pool: lab.pool,
           network: { bridge: lab.bridge },
           domainType: "qemu",

@@ -7,6 +7,7 @@ import { createReadStream, readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import { Procedures } from "../../provider/libvirt-rpc-xdr";
 import { openLibvirtOverSsh } from "../../provider/ssh";
+import { labSshTarget } from "../lab/ssh-helpers";
 import type { LabEnv } from "../lab/lab";
 
 async function main(): Promise<void> {
@@ -15,18 +16,7 @@ async function main(): Promise<void> {
     throw new Error("usage: libvirt-upload-child <env.json> <file> <volume>");
   const lab = JSON.parse(readFileSync(envFile, "utf8")) as LabEnv;
   const started = performance.now();
-  const conn = await openLibvirtOverSsh(
-    {
-      host: lab.sshHost,
-      port: lab.sshPort,
-      username: lab.sshUser,
-      privateKey: readFileSync(lab.clientKey, "utf8"),
-      knownHostsFile: lab.knownHosts,
-      socketPath: lab.libvirtSocket,
-      uri: lab.uri,
-    },
-    { handshakeTimeoutMs: 10_000 },
-  );
+  const conn = await openLibvirtOverSsh(labSshTarget(lab), { handshakeTimeoutMs: 10_000 });
   const pool = await conn.call(Procedures.storagePoolLookupByName, { name: lab.pool });
   const vol = await conn.call(Procedures.storageVolLookupByName, { pool, name: volumeName });
   await conn.upload({ vol }, createReadStream(file, { highWaterMark: 1024 * 1024 }), {

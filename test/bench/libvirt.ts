@@ -14,7 +14,7 @@
  */
 import { execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { createReadStream, createWriteStream, readFileSync, rmSync, statSync } from "node:fs";
+import { createReadStream, createWriteStream, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -27,6 +27,7 @@ import {
   type StoragePoolHandle,
 } from "../../provider/libvirt-rpc-xdr";
 import { openLibvirtOverSsh } from "../../provider/ssh";
+import { labSshTarget } from "../lab/ssh-helpers";
 import { stopWhatThisProcessStarted, useLab, type LabEnv } from "../lab/lab";
 import { median, printBench, timeMsAsync } from "./measure";
 
@@ -38,18 +39,7 @@ const SWEEP_DOMAINS = 500;
 const MARK_URI = "https://egress-proxies.invalid/bench-mark/v1";
 
 function openOurs(lab: LabEnv): Promise<LibvirtConnection> {
-  return openLibvirtOverSsh(
-    {
-      host: lab.sshHost,
-      port: lab.sshPort,
-      username: lab.sshUser,
-      privateKey: readFileSync(lab.clientKey, "utf8"),
-      knownHostsFile: lab.knownHosts,
-      socketPath: lab.libvirtSocket,
-      uri: lab.uri,
-    },
-    { handshakeTimeoutMs: 10_000 },
-  );
+  return openLibvirtOverSsh(labSshTarget(lab), { handshakeTimeoutMs: 10_000 });
 }
 
 function virshSshUri(lab: LabEnv): string {

@@ -7,7 +7,12 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { useLab, type LabEnv } from "../lab/fixture";
-import { ensureProxyImage, serveImage, type RunningServer } from "../lab/kvm-support";
+import {
+  ensureProxyImage,
+  labConnection,
+  serveImage,
+  type RunningServer,
+} from "../lab/kvm-support";
 import {
   captureResourceInputs,
   DynamicProviderServer,
@@ -53,13 +58,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
 
   function programArgs(overrides: Props = {}): Props {
     return {
-      connection: {
-        host: lab.sshHost,
-        port: lab.sshPort,
-        user: lab.sshUser,
-        privateKey: readFileSync(lab.clientKey, "utf8"),
-        knownHosts: readFileSync(lab.knownHosts, "utf8"),
-      },
+      connection: labConnection(lab),
       pool: lab.pool,
       network: { bridge: lab.bridge },
       domainType: "qemu",

@@ -6,7 +6,6 @@
  */
 import { strict as assert } from "node:assert";
 import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { errorClassOf } from "../../provider/common/errors";
 import { fetchThroughProxy } from "../../provider/common/proxy-probe";
 import { createMark } from "../../provider/common/mark";
@@ -26,6 +25,7 @@ import { useLab, type LabEnv } from "./fixture";
 import {
   SQUID_USER_DATA,
   ensureProxyImage,
+  labConnection,
   linkHostToLab,
   serveImage,
   serveTarget,
@@ -126,16 +126,7 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
     return inputs;
   }
 
-  /** The lab's sshd, as a user would describe their hypervisor. */
-  function sshConnection(): Record<string, unknown> {
-    return {
-      host: lab.sshHost,
-      port: lab.sshPort,
-      user: lab.sshUser,
-      privateKey: readFileSync(lab.clientKey, "utf8"),
-      knownHosts: readFileSync(lab.knownHosts, "utf8"),
-    };
-  }
+  const sshConnection = (): Record<string, unknown> => labConnection(lab);
 
   it("boots a proxy over SSH from a real seed, learns its address from the agent, serves HTTP through squid, and deletes cleanly", async () => {
     const inputs = await checked(

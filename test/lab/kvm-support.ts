@@ -49,6 +49,17 @@ export async function ensureProxyImage(lab: LabEnv): Promise<ProxyImage> {
   return { path, sha256, bytes };
 }
 
+/** The lab's sshd as a KvmProxy `connection`, the way a user describes a hypervisor. */
+export function labConnection(lab: LabEnv): Record<string, unknown> {
+  return {
+    host: lab.sshHost,
+    port: lab.sshPort,
+    user: lab.sshUser,
+    privateKey: readFileSync(lab.clientKey, "utf8"),
+    knownHosts: readFileSync(lab.knownHosts, "utf8"),
+  };
+}
+
 /** Runs test/lab/host-link.sh: this netns gets 198.51.100.254 on the lab bridge. */
 export async function linkHostToLab(lab: LabEnv): Promise<string> {
   await run("bash", [resolve(LAB_SCRIPTS_DIR, "host-link.sh")], {
