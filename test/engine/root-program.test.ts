@@ -176,7 +176,7 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
       backends: [
         {
           name: "lab",
-          count: 1,
+          count: 2,
           kvm: {
             connection: {
               host: lab.sshHost,
@@ -242,18 +242,20 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
     return JSON.parse(readFileSync(seenFile, "utf8")) as Seen;
   }
 
-  it("deploys the configured pool, serves traffic through the KVM proxy, and tears down to nothing", async () => {
+  it("deploys the configured pool, serves traffic through each KVM proxy, and tears down to nothing", async () => {
     const preview = runProgram();
     const children = preview.seen.filter((r) => r.type.startsWith("pulumi-nodejs:dynamic/"));
     assert.deepEqual(
       children.map((r) => [r.type, r.name]),
       [
         ["pulumi-nodejs:dynamic/egress-proxies:KvmProxy", "pool-e2e-lab-0"],
+        ["pulumi-nodejs:dynamic/egress-proxies:KvmProxy", "pool-e2e-lab-1"],
         ["pulumi-nodejs:dynamic/egress-proxies:ProxmoxProxy", "pool-e2e-pve-0"],
       ],
     );
 
     const created: Record<string, { id: string; properties: Props; urn: string }> = {};
+    const basesToRemove = new Set<string>();
     await Promise.all(
       children.map(async (child) => {
         const urn = `urn:pulumi:e2e::egress-proxies::egress-proxies:index:EgressProxyPool$${child.type}::${child.name}`;
@@ -266,7 +268,8 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
         cleanups.push(() => server.delete(urn, result.id, result.properties));
         // This run's image URL is new (a new port), so its cached base is this run's to remove.
         const base = result.properties.imageVolume;
-        if (typeof base === "string")
+        // Both KVM proxies share one base: remove it once.
+        if (typeof base === "string" && !basesToRemove.has(base) && basesToRemove.add(base))
           cleanups.unshift(async () => {
             for (const volume of [`${base}.ready`, base])
               labVirsh("vol-delete", "--pool", lab.pool, volume);
@@ -276,47 +279,64 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
 
     const applied = runProgram(created);
     const exported = applied.exported!;
-    assert.equal(exported.count, 2);
-    const kvmIp = String(created["pool-e2e-lab-0"].properties.ip);
+    assert.equal(exported.count, 3);
+    const kvmIps = ["pool-e2e-lab-0", "pool-e2e-lab-1"].map((name) =>
+      String(created[name].properties.ip),
+    );
     const pveIp = String(created["pool-e2e-pve-0"].properties.ip);
-    assert.match(kvmIp, /^198\.51\.100\.1\d\d$/);
-    assert.deepEqual(exported.endpoints, [`http://${kvmIp}:3128`, `http://${pveIp}:3128`]);
+    for (const ip of kvmIps) assert.match(ip, /^198\.51\.100\.1\d\d$/);
+    assert.notEqual(kvmIps[0], kvmIps[1]);
+    assert.deepEqual(exported.endpoints, [
+      ...kvmIps.map((ip) => `http://${ip}:3128`),
+      `http://${pveIp}:3128`,
+    ]);
     assert.deepEqual(
       exported.proxies.map((proxy) => [proxy.name, proxy.kind, proxy.ip, proxy.id]),
       [
-        ["lab-0", "kvm", kvmIp, created["pool-e2e-lab-0"].id],
+        ["lab-0", "kvm", kvmIps[0], created["pool-e2e-lab-0"].id],
+        ["lab-1", "kvm", kvmIps[1], created["pool-e2e-lab-1"].id],
         ["pve-0", "proxmox", pveIp, created["pool-e2e-pve-0"].id],
       ],
     );
 
-    // squid from the pool's cloud-init: basic auth required, then the request passes.
+    // squid from the pool's cloud-init on each KVM proxy: basic auth required, then the request passes.
     const credentials = { user: "crawler", password: "e2e password / 1" };
-    const proxy = { host: kvmIp, port: 3128 };
-    let response: { status: number; body: string } | undefined;
-    const deadline = Date.now() + 300_000;
-    while (Date.now() < deadline) {
-      response = await getThroughProxy(proxy, target.url, credentials).catch(() => undefined);
-      if (response?.status === 200) break;
-      await new Promise((resolveSleep) => setTimeout(resolveSleep, 3000));
+    for (const kvmIp of kvmIps) {
+      const proxy = { host: kvmIp, port: 3128 };
+      let response: { status: number; body: string } | undefined;
+      const deadline = Date.now() + 300_000;
+      while (Date.now() < deadline) {
+        response = await getThroughProxy(proxy, target.url, credentials).catch(() => undefined);
+        if (response?.status === 200) break;
+        await new Promise((resolveSleep) => setTimeout(resolveSleep, 3000));
+      }
+      assert.equal(response?.status, 200, `${kvmIp}: ${JSON.stringify(response)}`);
+      assert.equal(response?.body, "hello through the pool\n");
+      const anonymous = await getThroughProxy(proxy, target.url);
+      assert.equal(anonymous.status, 407, "squid asks for the pool's credentials");
+      const wrong = await getThroughProxy(proxy, target.url, {
+        ...credentials,
+        password: "wrong password",
+      });
+      assert.equal(wrong.status, 407, "and refuses a wrong password");
     }
-    assert.equal(response?.status, 200, JSON.stringify(response));
-    assert.equal(response?.body, "hello through the pool\n");
-    const anonymous = await getThroughProxy(proxy, target.url);
-    assert.equal(anonymous.status, 407, "squid asks for the pool's credentials");
-    const wrong = await getThroughProxy(proxy, target.url, {
-      ...credentials,
-      password: "wrong password",
-    });
-    assert.equal(wrong.status, 407, "and refuses a wrong password");
 
     for (const [name, { id, properties, urn }] of Object.entries(created)) {
       await server.delete(urn, id, properties);
       const gone = await server.read(urn, id, properties, properties);
       assert.equal(gone.id, "", `${name} is gone`);
     }
-    const kvmVmName = String(created["pool-e2e-lab-0"].properties.vmName);
-    assert.ok(!labVirsh("list", "--all", "--name").includes(kvmVmName), "no domain is left");
-    assert.ok(!labVirsh("vol-list", lab.pool).includes(kvmVmName), "no overlay or seed is left");
+    for (const name of ["pool-e2e-lab-0", "pool-e2e-lab-1"]) {
+      const kvmVmName = String(created[name].properties.vmName);
+      assert.ok(
+        !labVirsh("list", "--all", "--name").includes(kvmVmName),
+        `no domain of ${name} is left`,
+      );
+      assert.ok(
+        !labVirsh("vol-list", lab.pool).includes(kvmVmName),
+        `no overlay or seed of ${name} is left`,
+      );
+    }
     assert.equal(
       [...sim.vms.values()].filter((vm) => vm.vmid !== 9000).length,
       0,
