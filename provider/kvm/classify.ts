@@ -1,5 +1,5 @@
 /**
- * The one place that decides what a libvirt or SSH failure means for the
+ * The one place that decides what a libvirt, SSH or image download failure means for the
  * provider: NotFound (gone: treat as absent), Transient (retrying may help) or
  * Permanent (a person must change something). Anything not listed here is
  * Permanent on purpose: a silent "retry forever" on a config mistake is worse
@@ -14,7 +14,9 @@ import {
   LibvirtTimeoutError,
   LibvirtTransportError,
 } from "../libvirt-rpc-xdr";
+import { redactText, redactUrl } from "../common/redact";
 import { SshAuthError, SshConfigError, SshConnectError, SshHostKeyError } from "../ssh/errors";
+import { describeImageUrl, ImageSourceRefusedError } from "./image-source-policy";
 
 /** libvirt codes that mean "the object is gone". Only these: any other lookup failure is not "gone". */
 const NOT_FOUND_CODES: ReadonlySet<number> = new Set([
@@ -93,4 +95,87 @@ export function classifyLibvirtError(
     return new PermanentError(detail, full);
   }
   return new PermanentError(detail, full);
+}
+
+// ---- image downloads ---------------------------------------------------------------------------
+
+/** Classifies an HTTP status for an image URL: 404/410 mean the URL is wrong, 5xx/429 may pass. */
+export function classifyImageHttpStatus(
+  status: number,
+  url: string,
+  finalUrl?: URL,
+): EgressProxyError {
+  const redirected = finalUrl === undefined ? "" : ` (redirected to ${describeImageUrl(finalUrl)})`;
+  const where = `image.url ${redactUrl(url)}${redirected} answered HTTP ${status}`;
+  if (status === 404 || status === 410)
+    return new NotFoundError(`${where}; check the URL (images move when a release is superseded)`);
+  if (status === 429 || status >= 500)
+    return new TransientError(`${where}; the server is busy or failing, try again`);
+  return new PermanentError(`${where}; the image must be downloadable without credentials`);
+}
+
+/** What the network, a busy server or a flaky resolver cause: another attempt may pass. */
+const TRANSIENT_FETCH_CODES: ReadonlySet<string> = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ECONNABORTED",
+  "ETIMEDOUT",
+  "EPIPE",
+  "EHOSTUNREACH",
+  "EHOSTDOWN",
+  "ENETUNREACH",
+  "ENETDOWN",
+  // A name that does not resolve may be a typo, but just as often a resolver or VPN that is down.
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "UND_ERR_CONNECT_TIMEOUT",
+  "UND_ERR_HEADERS_TIMEOUT",
+  "UND_ERR_BODY_TIMEOUT",
+  "UND_ERR_SOCKET",
+  "UND_ERR_ABORTED",
+  "UND_ERR_CLOSED",
+  "UND_ERR_DESTROYED",
+  "UND_ERR_INFO",
+  "UND_ERR_RES_CONTENT_LENGTH_MISMATCH",
+]);
+
+/** A certificate or TLS handshake that is refused today is refused on every retry: a person must act. */
+const PERMANENT_TLS_CODES: ReadonlySet<string> = new Set([
+  "CERT_HAS_EXPIRED",
+  "CERT_NOT_YET_VALID",
+  "CERT_REVOKED",
+  "CERT_UNTRUSTED",
+  "CERT_REJECTED",
+  "CERT_SIGNATURE_FAILURE",
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "ERR_TLS_CERT_ALTNAME_INVALID",
+  "ERR_SSL_WRONG_VERSION_NUMBER",
+]);
+
+/**
+ * What a failed image download means. A refused redirect or address is
+ * Permanent (the image server decided it; retrying asks the same server),
+ * so is a certificate nobody trusts; network trouble is Transient; an HTTP
+ * parser error (HPE_*) from a response cut mid-way is Transient too.
+ * Anything else is Permanent, as everywhere in this file.
+ */
+export function classifyImageFetchError(error: unknown, url: string): EgressProxyError {
+  if (error instanceof EgressProxyError) return error;
+  const detail = redactText(error instanceof Error ? error.message : String(error));
+  const full = { cause: error };
+  if (error instanceof ImageSourceRefusedError) return new PermanentError(detail, full);
+  const code = (error as { code?: unknown } | undefined)?.code;
+  const failed = `downloading image.url ${redactUrl(url)} failed: ${detail}`;
+  if (typeof code === "string" && PERMANENT_TLS_CODES.has(code))
+    return new PermanentError(
+      `${failed}; the server's TLS certificate is not accepted here: use an image.url whose certificate the system trusts`,
+      full,
+    );
+  if (typeof code === "string" && (TRANSIENT_FETCH_CODES.has(code) || code.startsWith("HPE_")))
+    return new TransientError(failed, full);
+  return new PermanentError(failed, full);
 }

@@ -2,13 +2,18 @@
  * Streams a cloud image from its URL: no HEAD (many image servers refuse
  * it), Content-Length used when present and not required, the sha256 and
  * byte count computed on the way, progress reported. Nothing is buffered
- * whole: a 500 MiB image passes through in chunks.
+ * whole: a 500 MiB image passes through in chunks. Redirects are followed
+ * here, hop by hop, under the policy in image-source-policy.ts; the
+ * connections go only to addresses that policy checked (pinned-agent.ts).
  */
 import { createHash } from "node:crypto";
 import { Transform, type Readable, type TransformCallback } from "node:stream";
-import { Agent, interceptors, request, type Dispatcher } from "undici";
-import { NotFoundError, PermanentError, TransientError } from "../common/errors";
-import { redactUrl } from "../common/redact";
+import { request, type Dispatcher } from "undici";
+import { EgressProxyError, TransientError } from "../common/errors";
+import { redactUrl, safeErrorMessage } from "../common/redact";
+import { classifyImageFetchError, classifyImageHttpStatus } from "./classify";
+import { redirectTarget, systemLookup, vetHost, type HostLookup } from "./image-source-policy";
+import { createPinnedAgent, type PinnedAgent } from "./pinned-agent";
 
 export interface ImageDownloadProgress {
   bytes: number;
@@ -28,19 +33,17 @@ export interface ImageDownload {
 }
 
 export interface ImageDownloadOptions {
-  /** Time to the response headers, and the longest silence mid-body. */
+  /**
+   * Time to the final response headers (name lookups and every redirect
+   * included), and the longest silence mid-body.
+   */
   idleTimeoutMs: number;
   signal?: AbortSignal;
   onProgress?: (progress: ImageDownloadProgress) => void;
   /** Progress callbacks at most this often. */
   progressIntervalMs?: number;
-}
-
-let sharedDispatcher: Dispatcher | undefined;
-function dispatcher(): Dispatcher {
-  // Image mirrors redirect to CDNs; follow a few hops, never forever.
-  sharedDispatcher ??= new Agent().compose(interceptors.redirect({ maxRedirections: 5 }));
-  return sharedDispatcher;
+  /** How host names become addresses; the system resolver unless a test injects one. */
+  lookup?: HostLookup;
 }
 
 class HashingCounter extends Transform {
@@ -82,15 +85,8 @@ class HashingCounter extends Transform {
   }
 }
 
-/** Classifies an HTTP status for an image URL: 404/410 mean the URL is wrong, 5xx/429 may pass. */
-export function imageHttpError(status: number, url: string): Error {
-  const where = `image.url ${redactUrl(url)} answered HTTP ${status}`;
-  if (status === 404 || status === 410)
-    return new NotFoundError(`${where}; check the URL (images move when a release is superseded)`);
-  if (status === 429 || status >= 500)
-    return new TransientError(`${where}; the server is busy or failing, try again`);
-  return new PermanentError(`${where}; the image must be downloadable without credentials`);
-}
+/** Redirect statuses that are followed (under the policy); any other 3xx is an answer. */
+const REDIRECT_STATUSES: ReadonlySet<number> = new Set([301, 302, 303, 307, 308]);
 
 export async function openImageDownload(
   url: string,
@@ -99,30 +95,28 @@ export async function openImageDownload(
   const controller = new AbortController();
   const onOuterAbort = () => controller.abort(options.signal?.reason);
   options.signal?.addEventListener("abort", onOuterAbort, { once: true });
-  let response: Dispatcher.ResponseData;
-  try {
-    response = await request(url, {
-      method: "GET",
-      dispatcher: dispatcher(),
-      headersTimeout: options.idleTimeoutMs,
-      bodyTimeout: options.idleTimeoutMs,
-      signal: controller.signal,
-      headers: { "user-agent": "egress-proxies image fetch", accept: "*/*" },
-    });
-  } catch (error) {
+  const agent = createPinnedAgent(options.idleTimeoutMs);
+  const release = () => {
     options.signal?.removeEventListener("abort", onOuterAbort);
-    throw new TransientError(
-      `downloading image.url ${redactUrl(url)} failed: ${(error as Error).message}`,
-      {
-        cause: error,
-      },
-    );
+    agent.dispatcher.destroy().catch(() => undefined);
+  };
+  let response: Dispatcher.ResponseData;
+  let finalUrl: URL;
+  try {
+    ({ response, url: finalUrl } = await fetchFollowingRedirects(url, options, agent, controller));
+  } catch (error) {
+    release();
+    throw failureOf(error, url, options.signal);
   }
   if (response.statusCode < 200 || response.statusCode >= 300) {
     // Discard the error page (bounded by the idle timeout); its content is not ours to show.
     response.body.dump().catch(() => undefined);
-    options.signal?.removeEventListener("abort", onOuterAbort);
-    throw imageHttpError(response.statusCode, url);
+    release();
+    throw classifyImageHttpStatus(
+      response.statusCode,
+      url,
+      finalUrl.href === new URL(url).href ? undefined : finalUrl,
+    );
   }
   const lengthHeader = response.headers["content-length"];
   const contentLength =
@@ -148,15 +142,9 @@ export async function openImageDownload(
   });
   // Nobody may be waiting on digest() when the stream fails; the consumer sees the error on the body.
   finished.catch(() => undefined);
-  response.body.on("error", (error) =>
-    counter.destroy(
-      new TransientError(`downloading image.url ${redactUrl(url)} failed: ${error.message}`, {
-        cause: error,
-      }),
-    ),
-  );
+  response.body.on("error", (error) => counter.destroy(failureOf(error, url, options.signal)));
   response.body.pipe(counter);
-  counter.on("close", () => options.signal?.removeEventListener("abort", onOuterAbort));
+  counter.on("close", release);
   return {
     body: counter,
     contentLength,
@@ -166,4 +154,67 @@ export async function openImageDownload(
       counter.destroy(reason);
     },
   };
+}
+
+/**
+ * GETs `url`, following redirects one by one under the policy in
+ * image-source-policy.ts. Every hop is checked (scheme, count, address)
+ * before its connection exists. One budget covers the whole chain up to the
+ * final response headers, DNS included: a server that redirects five times
+ * gets no more time than one that answers at once.
+ */
+async function fetchFollowingRedirects(
+  url: string,
+  options: ImageDownloadOptions,
+  agent: PinnedAgent,
+  controller: AbortController,
+): Promise<{ response: Dispatcher.ResponseData; url: URL }> {
+  const original = new URL(url);
+  const budgetMs = options.idleTimeoutMs;
+  const endsAt = Date.now() + budgetMs;
+  const timer = setTimeout(
+    () =>
+      controller.abort(
+        new TransientError(
+          `image.url ${redactUrl(url)} did not answer within ${budgetMs} ms (name lookups, redirects and response headers together)`,
+        ),
+      ),
+    budgetMs,
+  );
+  const context = { original, lookup: options.lookup ?? systemLookup, signal: controller.signal };
+  try {
+    let current = original;
+    // image.url is the user's choice: whatever kind of address it reaches, its redirects may reach too.
+    const first = await vetHost(current, "any", context);
+    const allowed = first.kinds;
+    agent.pin(first);
+    for (let redirects = 0; ;) {
+      const response = await request(current, {
+        method: "GET",
+        dispatcher: agent.dispatcher,
+        headersTimeout: Math.max(1, endsAt - Date.now()),
+        bodyTimeout: options.idleTimeoutMs,
+        signal: controller.signal,
+        headers: { "user-agent": "egress-proxies image fetch", accept: "*/*" },
+      });
+      if (!REDIRECT_STATUSES.has(response.statusCode)) return { response, url: current };
+      response.body.dump().catch(() => undefined);
+      redirects += 1;
+      const next = redirectTarget(original, current, response.headers.location, redirects);
+      agent.pin(await vetHost(next, allowed, context));
+      current = next;
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** A failure as the caller sees it: classified, and a cancel by the caller said as such. */
+function failureOf(error: unknown, url: string, signal: AbortSignal | undefined): Error {
+  if (signal?.aborted && !(error instanceof EgressProxyError))
+    return new TransientError(
+      `downloading image.url ${redactUrl(url)} was stopped: ${safeErrorMessage(signal.reason)}`,
+      { cause: error },
+    );
+  return classifyImageFetchError(error, url);
 }

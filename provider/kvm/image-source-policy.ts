@@ -1,0 +1,285 @@
+/**
+ * What an image download may reach. The image server is untrusted input: it
+ * picks where a redirect goes, and the download runs on the machine that runs
+ * `pulumi up`, which may sit next to a cloud metadata service or a local
+ * admin port. An https image may come without `sha256`, so whatever the last
+ * hop answers could become a base image. The policy:
+ *
+ * - at most {@link MAX_IMAGE_REDIRECTS} redirects, each Location resolved
+ *   against the URL that sent it;
+ * - only http and https, and never from https down to http (an https image
+ *   may have no digest: the scheme is what vouches for it);
+ * - never to a URL with user:password@ (it would be sent as credentials);
+ * - never to a loopback, link-local, cloud metadata or unspecified address,
+ *   by literal, by a well-known name, or by what a name resolves to, unless
+ *   image.url itself reaches that kind of address (a lab mirror on loopback
+ *   keeps its own redirects);
+ * - each host is resolved once, and the connection is pinned to the
+ *   addresses checked here (see pinned-agent.ts), so DNS cannot answer
+ *   differently for the connect than for the check.
+ *
+ * Refusals are {@link ImageSourceRefusedError}s; classify.ts makes them
+ * Permanent: no retry turns a refused redirect into an allowed one.
+ */
+import { lookup as systemDnsLookup } from "node:dns/promises";
+import { isIP } from "node:net";
+import { redactUrl } from "../common/redact";
+
+export const MAX_IMAGE_REDIRECTS = 5;
+
+/** The address kinds a redirect may not reach unless image.url reaches the same kind. */
+export type GuardedAddressKind = "loopback" | "link-local" | "metadata" | "unspecified";
+
+const KIND_DESCRIPTION: Record<GuardedAddressKind, string> = {
+  loopback: "a loopback address",
+  "link-local": "a link-local address",
+  metadata: "a cloud metadata address",
+  unspecified: "an unspecified address (it reaches this machine)",
+};
+
+/**
+ * Metadata services by address. Most live inside 169.254/16 and are
+ * link-local anyway; listing them as their own kind means a link-local mirror
+ * still cannot redirect into one. 100.100.100.200 sits in shared address
+ * space (100.64/10) and is guarded only by this list.
+ */
+const METADATA_V4: ReadonlySet<string> = new Set([
+  "169.254.169.254", // AWS, GCP, Azure, OpenStack, Oracle, DigitalOcean, Hetzner, ...
+  "169.254.170.2", // AWS ECS task metadata and credentials
+  "169.254.170.23", // AWS EKS Pod Identity agent
+  "169.254.0.23", // Tencent Cloud
+  "169.254.42.42", // Scaleway
+  "100.100.100.200", // Alibaba Cloud
+  "192.0.0.192", // Oracle Cloud Classic
+]);
+const METADATA_V6: readonly string[] = [
+  "fd00:ec2::254", // AWS IMDS over IPv6
+  "fd00:ec2::23", // AWS EKS Pod Identity agent over IPv6
+  "fd00:42::42", // Scaleway
+];
+/** Names that reach a metadata service through a cloud's own resolver. */
+const METADATA_NAMES: ReadonlySet<string> = new Set([
+  "metadata",
+  "metadata.google.internal",
+  "metadata.goog",
+  "instance-data",
+  "instance-data.ec2.internal",
+  "metadata.tencentyun.com",
+]);
+
+export interface ResolvedAddress {
+  address: string;
+  family: 4 | 6;
+}
+
+/** Resolves a host name to all its addresses; must give up when `signal` aborts. */
+export type HostLookup = (hostname: string, signal: AbortSignal) => Promise<ResolvedAddress[]>;
+
+/** A redirect or address the policy refuses. Permanent (classify.ts). */
+export class ImageSourceRefusedError extends Error {
+  override readonly name = "ImageSourceRefusedError";
+}
+
+/** A host that passed the policy, with the addresses the connection is pinned to. */
+export interface VettedHost {
+  /** As the connector sees it: no brackets around IPv6 literals. */
+  hostname: string;
+  addresses: ResolvedAddress[];
+  /** The guarded kinds among its name and addresses (empty for an ordinary host). */
+  kinds: ReadonlySet<GuardedAddressKind>;
+}
+
+/** Which guarded kinds a hop may reach: any for image.url itself, else those image.url reached. */
+export type AllowedKinds = "any" | ReadonlySet<GuardedAddressKind>;
+
+/** The guarded kind of an IP address literal, or undefined for an ordinary address. */
+export function addressKind(address: string): GuardedAddressKind | undefined {
+  const bare = address.replace(/%.*$/, ""); // an IPv6 zone id says nothing about the address
+  if (isIP(bare) === 4) return ipv4Kind(bare.split(".").map(Number));
+  const groups = ipv6Groups(bare);
+  return groups === undefined ? undefined : ipv6Kind(groups);
+}
+
+function ipv4Kind(octets: number[]): GuardedAddressKind | undefined {
+  if (METADATA_V4.has(octets.join("."))) return "metadata";
+  if (octets[0] === 0) return "unspecified"; // 0.0.0.0/8: Linux connects 0.0.0.0 to this machine
+  if (octets[0] === 127) return "loopback";
+  if (octets[0] === 169 && octets[1] === 254) return "link-local";
+  return undefined;
+}
+
+function ipv6Kind(groups: number[]): GuardedAddressKind | undefined {
+  if (METADATA_V6_GROUPS.some((listed) => listed.every((g, i) => g === groups[i])))
+    return "metadata";
+  const zeros = (count: number) => groups.slice(0, count).every((g) => g === 0);
+  if (zeros(8)) return "unspecified";
+  if (zeros(7) && groups[7] === 1) return "loopback";
+  if ((groups[0]! & 0xffc0) === 0xfe80) return "link-local";
+  // IPv4 carried inside IPv6 reaches the IPv4 address: mapped (::ffff:a.b.c.d),
+  // the old compatible form (::a.b.c.d) and the NAT64 well-known prefix (64:ff9b::/96).
+  const mapped = zeros(5) && groups[5] === 0xffff;
+  const nat64 =
+    groups[0] === 0x64 && groups[1] === 0xff9b && groups.slice(2, 6).every((g) => g === 0);
+  if (mapped || nat64 || zeros(6)) return ipv4Kind(embeddedIpv4(groups));
+  return undefined;
+}
+
+function embeddedIpv4(groups: number[]): number[] {
+  const high = groups[6]!;
+  const low = groups[7]!;
+  return [high >> 8, high & 0xff, low >> 8, low & 0xff];
+}
+
+const METADATA_V6_GROUPS = METADATA_V6.map((address) => ipv6Groups(address)!);
+
+/** The eight 16-bit groups of an IPv6 literal, or undefined when it is not one. */
+function ipv6Groups(text: string): number[] | undefined {
+  if (isIP(text) !== 6) return undefined;
+  // The URL parser writes every IPv6 form (dotted tail, upper case, long zeros) one canonical way.
+  const canonical = new URL(`http://[${text}]/`).hostname.slice(1, -1);
+  const [head, tail] = canonical.split("::") as [string, string | undefined];
+  const part = (s: string | undefined) => (s ? s.split(":") : []);
+  const left = part(head);
+  const right = part(tail);
+  const fill = tail === undefined ? [] : Array<string>(8 - left.length - right.length).fill("0");
+  return [...left, ...fill, ...right].map((group) => parseInt(group, 16));
+}
+
+/** The guarded kind a host name announces by itself, before any lookup. */
+export function hostNameKind(hostname: string): GuardedAddressKind | undefined {
+  const name = hostname.toLowerCase().replace(/\.$/, "");
+  if (name === "localhost" || name.endsWith(".localhost")) return "loopback"; // RFC 6761
+  if (METADATA_NAMES.has(name)) return "metadata";
+  return undefined;
+}
+
+/** The system resolver (what the connection would use), stopped by `signal`. */
+export const systemLookup: HostLookup = (hostname, signal) =>
+  new Promise<ResolvedAddress[]>((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason as Error);
+    const onAbort = () => reject(signal.reason as Error);
+    signal.addEventListener("abort", onAbort, { once: true });
+    systemDnsLookup(hostname, { all: true, order: "verbatim" })
+      .then(
+        (answers) =>
+          resolve(
+            answers.map(({ address, family }) => ({ address, family: family === 6 ? 6 : 4 })),
+          ),
+        reject,
+      )
+      .finally(() => signal.removeEventListener("abort", onAbort));
+  });
+
+/** How a URL appears in messages: no userinfo, no query (signed CDN URLs carry tokens there), bounded. */
+export function describeImageUrl(url: URL | string): string {
+  const parsed = typeof url === "string" ? safeParse(url) : url;
+  if (parsed === undefined) return redactUrl(String(url)).slice(0, 200);
+  const copy = new URL(parsed.href);
+  const hadQuery = copy.search !== "";
+  copy.search = "";
+  copy.hash = "";
+  const shown = redactUrl(copy.href);
+  return (shown.length > 200 ? `${shown.slice(0, 200)}…` : shown) + (hadQuery ? "?…" : "");
+}
+
+function safeParse(text: string): URL | undefined {
+  try {
+    return new URL(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The URL a redirect leads to, or a refusal: a missing or unreadable
+ * Location, too many hops, a scheme other than http(s), https to http, or
+ * userinfo. `redirectNumber` counts from 1.
+ */
+export function redirectTarget(
+  original: URL,
+  current: URL,
+  location: string | string[] | undefined,
+  redirectNumber: number,
+): URL {
+  const refuse = (why: string) =>
+    new ImageSourceRefusedError(`image.url ${describeImageUrl(original)} ${why}`);
+  const where = `was redirected by ${describeImageUrl(current)}`;
+  const values = location === undefined ? [] : [location].flat();
+  if (values.length === 0 || values[0] === "")
+    throw refuse(`${where} without a Location header; point image.url at the image itself`);
+  if (values.some((value) => value !== values[0]))
+    throw refuse(
+      `${where} with ${values.length} different Location headers; point image.url at the image itself`,
+    );
+  let next: URL;
+  try {
+    next = new URL(values[0]!, current);
+  } catch {
+    throw refuse(`${where} to something that is not a URL; point image.url at the image itself`);
+  }
+  const to = `${where} to ${describeImageUrl(next)}`;
+  if (redirectNumber > MAX_IMAGE_REDIRECTS)
+    throw refuse(
+      `was redirected more than ${MAX_IMAGE_REDIRECTS} times (the last one to ${describeImageUrl(next)}); point image.url at the image's final location`,
+    );
+  if (next.protocol !== "http:" && next.protocol !== "https:")
+    throw refuse(
+      `${to}: only http and https redirects are followed; point image.url at the image's final location`,
+    );
+  if (current.protocol === "https:" && next.protocol === "http:")
+    throw refuse(
+      `${to}: a redirect from https down to plain http is never followed (nothing would vouch for the image); point image.url at the image's final location`,
+    );
+  if (next.username !== "" || next.password !== "")
+    throw refuse(
+      `${to}: a redirect carrying credentials (user:password@) is never followed; the image must be downloadable without credentials`,
+    );
+  next.hash = "";
+  return next;
+}
+
+/**
+ * Checks the host of `url` against the policy and returns the addresses the
+ * connection may use. A literal is checked as is; a name is checked by
+ * itself (localhost, metadata names) before any lookup, then every address
+ * it resolves to is checked: one guarded address among ordinary ones refuses
+ * the host, because the connection could pick any of them.
+ */
+export async function vetHost(
+  url: URL,
+  allowed: AllowedKinds,
+  context: { original: URL; lookup: HostLookup; signal: AbortSignal },
+): Promise<VettedHost> {
+  const hostname = url.hostname.replace(/^\[(.*)\]$/, "$1");
+  const refuse = (kind: GuardedAddressKind, via: string) =>
+    new ImageSourceRefusedError(
+      `image.url ${describeImageUrl(context.original)} was redirected to ${describeImageUrl(url)}${via}, ${KIND_DESCRIPTION[kind]}: redirects may reach loopback, link-local, metadata or unspecified addresses only when image.url itself points at one; point image.url at the image's final location if this redirect is intended`,
+    );
+  const permits = (kind: GuardedAddressKind) => allowed === "any" || allowed.has(kind);
+  const family = isIP(hostname);
+  if (family !== 0) {
+    const kind = addressKind(hostname);
+    if (kind !== undefined && !permits(kind)) throw refuse(kind, "");
+    return {
+      hostname,
+      addresses: [{ address: hostname, family: family === 6 ? 6 : 4 }],
+      kinds: new Set(kind === undefined ? [] : [kind]),
+    };
+  }
+  const kinds = new Set<GuardedAddressKind>();
+  const nameKind = hostNameKind(hostname);
+  if (nameKind !== undefined) {
+    if (!permits(nameKind)) throw refuse(nameKind, "");
+    kinds.add(nameKind);
+  }
+  const addresses = await context.lookup(hostname, context.signal);
+  if (addresses.length === 0)
+    throw Object.assign(new Error(`${hostname} resolved to no address`), { code: "ENOTFOUND" });
+  for (const { address } of addresses) {
+    const kind = addressKind(address);
+    if (kind === undefined) continue;
+    if (!permits(kind)) throw refuse(kind, ` (${hostname} resolves to ${address})`);
+    kinds.add(kind);
+  }
+  return { hostname, addresses, kinds };
+}
