@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
-import { NotFoundError, PermanentError } from "../../../provider/common/errors";
-import { classifyLibvirtError } from "../../../provider/kvm/classify";
+import { errors as undiciErrors } from "undici";
+import { NotFoundError, PermanentError, TransientError } from "../../../provider/common/errors";
+import {
+  classifyImageFetchError,
+  classifyImageHttpStatus,
+  classifyLibvirtError,
+} from "../../../provider/kvm/classify";
+import { ImageSourceRefusedError } from "../../../provider/kvm/image-source-policy";
 import {
   ErrorCode,
   LibvirtAbortedError,
@@ -105,5 +111,94 @@ describe("classifyLibvirtError", () => {
   it("passes an already classified error through unchanged", () => {
     const error = new NotFoundError("gone");
     assert.equal(classifyLibvirtError(error), error);
+  });
+});
+
+const systemError = (code: string, message = `connect ${code} 127.0.0.1:9`) =>
+  Object.assign(new Error(message), { code });
+
+describe("classifyImageFetchError", () => {
+  const url = "https://images.example/debian.qcow2";
+  const table: [string, unknown, "Transient" | "Permanent"][] = [
+    [
+      "a redirect the policy refused",
+      new ImageSourceRefusedError("image.url x was redirected to file:///etc/passwd"),
+      "Permanent",
+    ],
+    ["connection refused (server restarting)", systemError("ECONNREFUSED"), "Transient"],
+    ["connection reset", systemError("ECONNRESET"), "Transient"],
+    ["no route", systemError("EHOSTUNREACH"), "Transient"],
+    ["resolver busy", systemError("EAI_AGAIN"), "Transient"],
+    ["name does not resolve (resolver or VPN may be down)", systemError("ENOTFOUND"), "Transient"],
+    ["connect timeout", new undiciErrors.ConnectTimeoutError(), "Transient"],
+    ["headers timeout", new undiciErrors.HeadersTimeoutError(), "Transient"],
+    ["body timeout", new undiciErrors.BodyTimeoutError(), "Transient"],
+    ["socket closed mid-response", new undiciErrors.SocketError("other side closed"), "Transient"],
+    ["request aborted", new undiciErrors.RequestAbortedError(), "Transient"],
+    ["a response cut inside its headers", systemError("HPE_INVALID_CONSTANT"), "Transient"],
+    ["expired certificate", systemError("CERT_HAS_EXPIRED"), "Permanent"],
+    ["self-signed certificate", systemError("DEPTH_ZERO_SELF_SIGNED_CERT"), "Permanent"],
+    ["untrusted issuer", systemError("UNABLE_TO_VERIFY_LEAF_SIGNATURE"), "Permanent"],
+    ["certificate for another name", systemError("ERR_TLS_CERT_ALTNAME_INVALID"), "Permanent"],
+    ["https to a plain http port", systemError("ERR_SSL_WRONG_VERSION_NUMBER"), "Permanent"],
+    ["an argument undici refuses", new undiciErrors.InvalidArgumentError("bad"), "Permanent"],
+    ["headers too large", new undiciErrors.HeadersOverflowError(), "Permanent"],
+    ["anything unclassified", new Error("?"), "Permanent"],
+  ];
+  for (const [what, error, expected] of table) {
+    it(`${what} → ${expected}`, () => {
+      const classified = classifyImageFetchError(error, url);
+      assert.equal(classified.errorClass, expected);
+      assert.equal(classified.cause, error);
+      assert.match(classified.message, /image\.url/);
+    });
+  }
+
+  it("passes an already classified error through unchanged", () => {
+    const error = new TransientError("image.url x did not answer within 10 ms");
+    assert.equal(classifyImageFetchError(error, url), error);
+  });
+
+  it("never shows URL credentials, neither from image.url nor from the cause", () => {
+    const classified = classifyImageFetchError(
+      systemError("ECONNRESET", "reset while talking to http://bob:hunter22@mirror.example/x"),
+      "http://alice:s3cret-pw@mirror.example/x",
+    );
+    assert.equal(classified.errorClass, "Transient");
+    assert.doesNotMatch(classified.message, /s3cret-pw|hunter22|alice|bob/);
+  });
+});
+
+describe("classifyImageHttpStatus", () => {
+  const table: [number, "NotFound" | "Transient" | "Permanent"][] = [
+    [404, "NotFound"],
+    [410, "NotFound"],
+    [429, "Transient"],
+    [500, "Transient"],
+    [503, "Transient"],
+    [401, "Permanent"],
+    [403, "Permanent"],
+    [300, "Permanent"],
+    [304, "Permanent"],
+  ];
+  for (const [status, expected] of table) {
+    it(`HTTP ${status} → ${expected}`, () => {
+      const classified = classifyImageHttpStatus(status, "https://images.example/x.qcow2");
+      assert.equal(classified.errorClass, expected);
+      assert.match(
+        classified.message,
+        new RegExp(`image\\.url https://images\\.example/x\\.qcow2 answered HTTP ${status}`),
+      );
+    });
+  }
+
+  it("names where a redirect led, without its query (signed CDN URLs carry tokens there)", () => {
+    const classified = classifyImageHttpStatus(
+      403,
+      "https://images.example/x.qcow2",
+      new URL("https://cdn.example/blob/x.qcow2?X-Amz-Signature=abcdef0123"),
+    );
+    assert.match(classified.message, /redirected to https:\/\/cdn\.example\/blob\/x\.qcow2\?…/);
+    assert.doesNotMatch(classified.message, /abcdef0123/);
   });
 });
