@@ -170,7 +170,11 @@ export const systemLookup: HostLookup = (hostname, signal) =>
       .finally(() => signal.removeEventListener("abort", onAbort));
   });
 
-/** How a URL appears in messages: no userinfo, no query (signed CDN URLs carry tokens there), bounded. */
+/**
+ * How a URL the image server chose appears in messages: no userinfo, no
+ * query (signed CDN URLs carry tokens there), bounded in length. image.url
+ * itself is the user's own text and is shown whole, minus userinfo.
+ */
 export function describeImageUrl(url: URL | string): string {
   const parsed = typeof url === "string" ? safeParse(url) : url;
   if (parsed === undefined) return redactUrl(String(url)).slice(0, 200);
@@ -202,7 +206,7 @@ export function redirectTarget(
   redirectNumber: number,
 ): URL {
   const refuse = (why: string) =>
-    new ImageSourceRefusedError(`image.url ${describeImageUrl(original)} ${why}`);
+    new ImageSourceRefusedError(`image.url ${redactUrl(original.href)} ${why}`);
   const where = `was redirected by ${describeImageUrl(current)}`;
   const values = location === undefined ? [] : [location].flat();
   if (values.length === 0 || values[0] === "")
@@ -253,7 +257,7 @@ export async function vetHost(
   const hostname = url.hostname.replace(/^\[(.*)\]$/, "$1");
   const refuse = (kind: GuardedAddressKind, via: string) =>
     new ImageSourceRefusedError(
-      `image.url ${describeImageUrl(context.original)} was redirected to ${describeImageUrl(url)}${via}, ${KIND_DESCRIPTION[kind]}: redirects may reach loopback, link-local, metadata or unspecified addresses only when image.url itself points at one; point image.url at the image's final location if this redirect is intended`,
+      `image.url ${redactUrl(context.original.href)} was redirected to ${describeImageUrl(url)}${via}, ${KIND_DESCRIPTION[kind]}: redirects may reach loopback, link-local, metadata or unspecified addresses only when image.url itself points at one; point image.url at the image's final location if this redirect is intended`,
     );
   const permits = (kind: GuardedAddressKind) => allowed === "any" || allowed.has(kind);
   const family = isIP(hostname);
