@@ -153,7 +153,6 @@ const PERMANENT_TLS_CODES: ReadonlySet<string> = new Set([
   "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
   "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
   "ERR_TLS_CERT_ALTNAME_INVALID",
-  "ERR_SSL_WRONG_VERSION_NUMBER",
 ]);
 
 /**
@@ -170,6 +169,11 @@ export function classifyImageFetchError(error: unknown, url: string): EgressProx
   if (error instanceof ImageSourceRefusedError) return new PermanentError(detail, full);
   const code = (error as { code?: unknown } | undefined)?.code;
   const failed = `downloading image.url ${redactUrl(url)} failed: ${detail}`;
+  if (code === "ERR_SSL_WRONG_VERSION_NUMBER")
+    return new PermanentError(
+      `${failed}; the server does not speak TLS on that port: check image.url's scheme and port`,
+      full,
+    );
   if (typeof code === "string" && PERMANENT_TLS_CODES.has(code))
     return new PermanentError(
       `${failed}; the server's TLS certificate is not accepted here: use an image.url whose certificate the system trusts`,

@@ -117,6 +117,7 @@ async function downloadInto(
   const shownUrl = redactUrl(image.url);
   options.log(`downloading ${shownUrl} into ${pool.name}/${name} on ${host.label}`);
   let lastLogged = 0;
+  // Opened before any volume exists: a refused redirect or an error answer leaves nothing to clean.
   const download = await openImageDownload(image.url, {
     idleTimeoutMs: options.downloadIdleTimeoutMs ?? 60_000,
     onProgress: (progress) => {

@@ -159,7 +159,7 @@ export const systemLookup: HostLookup = (hostname, signal) =>
     if (signal.aborted) return reject(signal.reason as Error);
     const onAbort = () => reject(signal.reason as Error);
     signal.addEventListener("abort", onAbort, { once: true });
-    systemDnsLookup(hostname, { all: true, order: "verbatim" })
+    systemDnsLookup(hostname, { all: true })
       .then(
         (answers) =>
           resolve(
