@@ -175,23 +175,13 @@ export const systemLookup: HostLookup = (hostname, signal) =>
  * query (signed CDN URLs carry tokens there), bounded in length. image.url
  * itself is the user's own text and is shown whole, minus userinfo.
  */
-export function describeImageUrl(url: URL | string): string {
-  const parsed = typeof url === "string" ? safeParse(url) : url;
-  if (parsed === undefined) return redactUrl(String(url)).slice(0, 200);
-  const copy = new URL(parsed.href);
+export function describeImageUrl(url: URL): string {
+  const copy = new URL(url.href);
   const hadQuery = copy.search !== "";
   copy.search = "";
   copy.hash = "";
   const shown = redactUrl(copy.href);
   return (shown.length > 200 ? `${shown.slice(0, 200)}…` : shown) + (hadQuery ? "?…" : "");
-}
-
-function safeParse(text: string): URL | undefined {
-  try {
-    return new URL(text);
-  } catch {
-    return undefined;
-  }
 }
 
 /**

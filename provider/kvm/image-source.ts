@@ -109,8 +109,7 @@ export async function openImageDownload(
     throw failureOf(error, url, options.signal);
   }
   if (response.statusCode < 200 || response.statusCode >= 300) {
-    // Discard the error page (bounded by the idle timeout); its content is not ours to show.
-    response.body.dump().catch(() => undefined);
+    // The error page is not ours to show; closing this download's agent discards it.
     release();
     throw classifyImageHttpStatus(
       response.statusCode,
@@ -188,7 +187,8 @@ async function fetchFollowingRedirects(
     const first = await vetHost(current, "any", context);
     const allowed = first.kinds;
     agent.pin(first);
-    for (let redirects = 0; ;) {
+    let redirects = 0;
+    for (;;) {
       const response = await request(current, {
         method: "GET",
         dispatcher: agent.dispatcher,
