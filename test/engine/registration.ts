@@ -139,9 +139,7 @@ export function captureRegistration(
 }
 
 const isSecret = (value: unknown): value is { value: unknown } =>
-  typeof value === "object" &&
-  value !== null &&
-  (value as Props)[SECRET_KEY] === SECRET_SIGNATURE;
+  typeof value === "object" && value !== null && (value as Props)[SECRET_KEY] === SECRET_SIGNATURE;
 
 const isObject = (value: unknown): value is Props =>
   typeof value === "object" && value !== null && !Array.isArray(value) && !isSecret(value);
@@ -155,7 +153,10 @@ function unmarked(value: unknown, path: string[], secretPaths: string[]): unknow
     return value.map((item, index) => unmarked(item, [...path, String(index)], secretPaths));
   if (isObject(value))
     return Object.fromEntries(
-      Object.entries(value).map(([key, item]) => [key, unmarked(item, [...path, key], secretPaths)]),
+      Object.entries(value).map(([key, item]) => [
+        key,
+        unmarked(item, [...path, key], secretPaths),
+      ]),
     );
   return value;
 }
@@ -197,7 +198,8 @@ export function stateAsStored(
   let marked = annotateSecrets(reply, registration.wire);
   if (kind === "outputs")
     for (const name of registration.additionalSecretOutputs)
-      if (name in marked && !isSecret(marked[name])) marked = { ...marked, [name]: secret(marked[name]) };
+      if (name in marked && !isSecret(marked[name]))
+        marked = { ...marked, [name]: secret(marked[name]) };
   return JSON.stringify(encrypted(marked));
 }
 
