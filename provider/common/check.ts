@@ -26,8 +26,9 @@ export function checkWithAutonaming<T extends { vmName?: string; vmNameChosenBy?
   // With values unknown at preview, the known fields still get their defaults
   // (`result.known`): diff then compares like with like and reports only what
   // is unknown or really differs, not every defaulted field.
-  const checked = result.ok ? result.inputs : (result.known as T | undefined);
-  if (checked === undefined) return { inputs: named, failures: result.ok ? [] : result.failures };
+  if (!result.ok && result.known === undefined) return { inputs: named, failures: result.failures };
+  // A preview value may hold UNKNOWN where T says a number or a string.
+  const checked = result.ok ? result.inputs : (result.known as T);
   const inputs = {
     ...normalize(checked),
     vmName: named.vmName,
