@@ -17,14 +17,20 @@ export function checkWithAutonaming<T extends { vmName?: string; vmNameChosenBy?
   olds: Props,
   news: Props,
   validate: (named: Props) => ValidationResult<T>,
+  /** Runs on preview inputs too: a field may then hold UNKNOWN instead of its type. */
   normalize: (inputs: T) => T = (inputs) => inputs,
 ): { inputs: Props; failures: CheckFailure[] } {
   const resourceName = resourceNameOf(news);
   const named = { ...news, ...provisionalVmName(olds, news, resourceName) };
   const result = validate(named);
-  if (!result.ok) return { inputs: named, failures: result.failures };
+  // With values unknown at preview, the known fields still get their defaults
+  // (`result.known`): diff then compares like with like and reports only what
+  // is unknown or really differs, not every defaulted field.
+  if (!result.ok && result.known === undefined) return { inputs: named, failures: result.failures };
+  // A preview value may hold UNKNOWN where T says a number or a string.
+  const checked = result.ok ? result.inputs : (result.known as T);
   const inputs = {
-    ...normalize(result.inputs),
+    ...normalize(checked),
     vmName: named.vmName,
     vmNameChosenBy: named.vmNameChosenBy,
   };

@@ -21,14 +21,17 @@ export interface DiffDecision {
   deleteBeforeReplace: boolean;
 }
 
+/** The value at a dotted path; under an unknown object, the path is unknown too. */
 const valueAt = (inputs: Record<string, unknown>, path: string): unknown =>
   path
     .split(".")
     .reduce<unknown>(
       (value, key) =>
-        typeof value === "object" && value !== null
-          ? (value as Record<string, unknown>)[key]
-          : undefined,
+        value === UNKNOWN
+          ? UNKNOWN
+          : typeof value === "object" && value !== null
+            ? (value as Record<string, unknown>)[key]
+            : undefined,
       inputs,
     );
 
@@ -100,8 +103,12 @@ export function vmNameAfterReplacement(
 ): string {
   if (checked.vmNameChosenBy !== "provider" || checked.vmName !== olds.vmName)
     return checked.vmName;
+  // Only a known change renames. A value unknown at preview may turn out the
+  // same; check runs again at `up` with it known and renames then if needed,
+  // so preview shows the table's verdict for that field and no invented vmName change.
   const replaced = changedPaths(table, olds, checked).some(
-    (path) => path !== "vmName" && table[path] === "replace",
+    (path) =>
+      path !== "vmName" && table[path] === "replace" && !containsUnknown(valueAt(checked, path)),
   );
   return replaced ? newVmName(resourceName) : checked.vmName;
 }

@@ -53,7 +53,19 @@ export interface CheckFailure {
 }
 
 export type ValidationResult<T> =
-  { ok: true; inputs: T } | { ok: false; failures: CheckFailure[]; unknownOnly: boolean };
+  | { ok: true; inputs: T }
+  | {
+      ok: false;
+      failures: CheckFailure[];
+      unknownOnly: boolean;
+      /**
+       * When the only problems are values Pulumi does not know yet (preview):
+       * the inputs with every known field validated and defaulted, and every
+       * unknown value kept as UNKNOWN where it was. `check` returns this, so
+       * `diff` compares defaults with defaults and sees only what may change.
+       */
+      known?: Record<string, unknown>;
+    };
 
 /**
  * Validates inputs that may hold unknown values (preview): a problem at, or
@@ -70,10 +82,9 @@ export function validateWithUnknowns<S extends z.ZodType>(
   const unknownPaths: string[][] = [];
   const known = stripUnknowns(rest, [], unknownPaths) as Record<string, unknown>;
   const result = schema.safeParse(unknownPaths.length === 0 ? rest : known);
-  if (result.success) {
-    if (unknownPaths.length > 0) return { ok: false, failures: [], unknownOnly: true };
-    return { ok: true, inputs: result.data };
-  }
+  if (result.success && unknownPaths.length === 0) return { ok: true, inputs: result.data };
+  if (result.success)
+    return { ok: false, failures: [], unknownOnly: true, known: fillKnown(schema, rest) as Props };
   const failures: CheckFailure[] = [];
   for (const issue of result.error.issues) {
     const path = issue.path.map(String);
@@ -98,7 +109,59 @@ export function validateWithUnknowns<S extends z.ZodType>(
       });
     }
   }
-  return { ok: false, failures, unknownOnly: failures.length === 0 };
+  if (failures.length > 0) return { ok: false, failures, unknownOnly: false };
+  return { ok: false, failures, unknownOnly: true, known: fillKnown(schema, rest) as Props };
+}
+
+type Props = Record<string, unknown>;
+
+const isRecord = (value: unknown): value is Props =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
+
+/**
+ * `value` parsed by `schema` as far as it is known: defaults filled and
+ * transforms applied to every known field, UNKNOWN kept wherever it was. The
+ * schema is tried whole first (the known part alone may already satisfy it);
+ * where a missing unknown value makes it fail, the object is walked field by
+ * field. Unions and arrays with an unknown inside are kept as given: which
+ * branch, or which element, is not decidable yet. Object-level refinements
+ * cannot be judged with a value missing and are left to `up`, when check runs
+ * again with everything known.
+ */
+export function fillKnown(schema: z.ZodType, value: unknown): unknown {
+  if (value === UNKNOWN) return UNKNOWN;
+  if (!containsUnknown(value)) {
+    const parsed = schema.safeParse(value);
+    return parsed.success ? parsed.data : value;
+  }
+  const parsed = schema.safeParse(stripUnknowns(value, [], []));
+  if (parsed.success && !Array.isArray(value)) return withUnknownsOf(value, parsed.data);
+  if (
+    schema instanceof z.ZodOptional ||
+    schema instanceof z.ZodDefault ||
+    schema instanceof z.ZodNullable
+  )
+    return fillKnown(schema.unwrap() as z.ZodType, value);
+  if (schema instanceof z.ZodObject && isRecord(value)) {
+    const shape = schema.shape as Record<string, z.ZodType>;
+    const filled: Props = {};
+    for (const key of new Set([...Object.keys(shape), ...Object.keys(value)])) {
+      const field = key in shape ? fillKnown(shape[key], value[key]) : value[key];
+      if (field !== undefined) filled[key] = field;
+    }
+    return filled;
+  }
+  return value;
+}
+
+/** `parsed` with UNKNOWN put back at every place `raw` has one (objects only: arrays are never merged). */
+function withUnknownsOf(raw: unknown, parsed: unknown): unknown {
+  if (raw === UNKNOWN || (Array.isArray(raw) && containsUnknown(raw))) return raw;
+  if (!isRecord(raw) || !isRecord(parsed) || !containsUnknown(raw)) return parsed;
+  const merged: Props = { ...parsed };
+  for (const [key, item] of Object.entries(raw))
+    if (containsUnknown(item)) merged[key] = withUnknownsOf(item, parsed[key]);
+  return merged;
 }
 
 function stripUnknowns(value: unknown, path: string[], unknownPaths: string[][]): unknown {

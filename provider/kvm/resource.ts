@@ -1,5 +1,7 @@
 import * as pulumi from "@pulumi/pulumi";
+import { secretOutputNames, withSecretInputs } from "../common/secrets";
 import * as implementation from "./provider";
+import { kvmProxyInputsSchema } from "./schema";
 
 /**
  * The provider object Pulumi serializes into state. It captures nothing but
@@ -25,6 +27,7 @@ export interface KvmConnectionArgs {
   user?: pulumi.Input<string>;
   /** The key's text (stored as a secret). Else SSH_AUTH_SOCK, else ~/.ssh/id_*. */
   privateKey?: pulumi.Input<string>;
+  /** The key's passphrase (stored as a secret). */
   passphrase?: pulumi.Input<string>;
   /** known_hosts content; else ~/.ssh/known_hosts is read. */
   knownHosts?: pulumi.Input<string>;
@@ -66,11 +69,11 @@ export interface KvmProxyArgs {
   userData?: pulumi.Input<string>;
   /** Binary user-data (e.g. gzip) as base64; stored as a secret. */
   userDataBase64?: pulumi.Input<string>;
-  /** Extra vendor-data, any format; travels beside the guest-agent script. */
+  /** Extra vendor-data, any format; travels beside the guest-agent script; stored as a secret. */
   vendorData?: pulumi.Input<string>;
   /** Install qemu-guest-agent with a vendor-data script (default true); the address comes from it. */
   installGuestAgent?: pulumi.Input<boolean>;
-  /** NoCloud network-config (v1 or v2). */
+  /** NoCloud network-config (v1 or v2); stored as a secret. */
   networkConfig?: pulumi.Input<string>;
   /** When create is done: "port" (default: the proxy port answers), "address" or "none". */
   readiness?: pulumi.Input<{
@@ -86,11 +89,8 @@ export interface KvmProxyArgs {
   }>;
 }
 
-/** Carry credentials or cloud-init, or are derived from them: secret in state. */
-const SECRET_OUTPUTS = ["connection", "userData", "userDataBase64", "vendorData", "seedSha256"];
-
-const secretOrUndefined = <T>(value: pulumi.Input<T> | undefined) =>
-  value === undefined ? undefined : pulumi.secret(value);
+/** Outputs that hold a secret input or derive from one (provider/common/secrets.ts decides). */
+const SECRET_OUTPUTS = secretOutputNames(Object.keys(kvmProxyInputsSchema.shape));
 
 /** One egress proxy VM on a libvirt/KVM host, reached over SSH or the local libvirt socket. */
 export class KvmProxy extends pulumi.dynamic.Resource {
@@ -114,11 +114,7 @@ export class KvmProxy extends pulumi.dynamic.Resource {
       kvmProvider,
       name,
       {
-        ...args,
-        connection: secretOrUndefined(args.connection),
-        userData: secretOrUndefined(args.userData),
-        userDataBase64: secretOrUndefined(args.userDataBase64),
-        vendorData: secretOrUndefined(args.vendorData),
+        ...withSecretInputs(args),
         owner: { project: pulumi.getProject(), stack: pulumi.getStack(), resource: name },
         vmName: args.vmName,
         host: undefined,

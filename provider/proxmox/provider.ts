@@ -1,6 +1,7 @@
 import { Deadline, retryWithBackoff } from "../common/deadline";
 import { checkWithAutonaming, plainJson as plain } from "../common/check";
 import { sameValue } from "../common/diff";
+import { containsUnknown } from "../common/inputs";
 import { isNotFound, isTransient, PermanentError, withContext } from "../common/errors";
 import {
   createMark,
@@ -86,7 +87,8 @@ export async function check(
 ): Promise<{ inputs: Props; failures: CheckFailure[] }> {
   return checkWithAutonaming(PROXMOX_CHANGE_TABLE, olds, news, validateInputs, (inputs) => ({
     ...inputs,
-    tags: normalizeTags(inputs.tags),
+    // At preview the list may be unknown, or hold an unknown tag: kept as given.
+    tags: containsUnknown(inputs.tags) ? inputs.tags : normalizeTags(inputs.tags),
   }));
 }
 

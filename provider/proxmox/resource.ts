@@ -1,5 +1,7 @@
 import * as pulumi from "@pulumi/pulumi";
+import { secretOutputNames, withSecretInputs } from "../common/secrets";
 import * as implementation from "./provider";
+import { proxmoxProxyInputsSchema } from "./schema";
 
 /**
  * The provider object Pulumi serializes into state. It captures nothing but
@@ -49,6 +51,7 @@ export interface ProxmoxProxyArgs {
   tags?: pulumi.Input<pulumi.Input<string>[]>;
   /** cloud-init user-data, any format, byte for byte; stored as a secret. */
   userData?: pulumi.Input<string>;
+  /** Extra vendor-data, any format; stored as a secret. */
   vendorData?: pulumi.Input<string>;
   /** Install qemu-guest-agent via a vendor-data script (default true). */
   installGuestAgent?: pulumi.Input<boolean>;
@@ -64,8 +67,8 @@ export interface ProxmoxProxyArgs {
   }>;
 }
 
-/** Derived from secret inputs, so kept secret in state. */
-const SECRET_OUTPUTS = ["apiToken", "userData", "seedSha256"];
+/** Outputs that hold a secret input or derive from one (provider/common/secrets.ts decides). */
+const SECRET_OUTPUTS = secretOutputNames(Object.keys(proxmoxProxyInputsSchema.shape));
 
 /** One egress proxy VM on a Proxmox VE node, cloned from a template through the REST API. */
 export class ProxmoxProxy extends pulumi.dynamic.Resource {
@@ -101,9 +104,7 @@ export class ProxmoxProxy extends pulumi.dynamic.Resource {
       proxmoxProvider,
       name,
       {
-        ...args,
-        apiToken: args.apiToken === undefined ? undefined : pulumi.secret(args.apiToken),
-        userData: args.userData === undefined ? undefined : pulumi.secret(args.userData),
+        ...withSecretInputs(args),
         owner: { project: pulumi.getProject(), stack: pulumi.getStack(), resource: name },
         vmName: args.vmName,
         vmid: undefined,
