@@ -4,17 +4,28 @@
  * reach the pool at `http://<name>.<namespace>.svc:<port>` and kube-proxy
  * spreads connections over the VMs. No controller manages the slice (there
  * is no selector), so Pulumi owns it and updates it with the pool.
+ *
+ * `@pulumi/kubernetes` is an optional peer dependency: most stacks never
+ * publish, and it costs them 24 MB, a provider plugin and a slower tsc. It is
+ * loaded here, only when a pool has `kubernetes:` set, and no exported type
+ * names it, so the package's .d.ts type-check in a stack that lacks it.
  */
 import * as pulumi from "@pulumi/pulumi";
-import * as k8s from "@pulumi/kubernetes";
+
+/** The optional peer dependency this module loads on first use. */
+export const KUBERNETES_PACKAGE = "@pulumi/kubernetes";
 
 export interface KubernetesPublishingArgs {
   /** Namespace for the Secret, Service and EndpointSlice; it must exist. */
   namespace: pulumi.Input<string>;
   /** Name of the Service and the Secret (a DNS label): pods use `http://<name>.<namespace>.svc:<port>`. */
   name: pulumi.Input<string>;
-  /** The cluster; default: Pulumi's default Kubernetes provider (your kubeconfig). */
-  provider?: k8s.Provider;
+  /**
+   * The cluster: a `k8s.Provider` from `@pulumi/kubernetes`; default: Pulumi's
+   * default Kubernetes provider (your kubeconfig). Typed as Pulumi's base
+   * class so stacks that never publish need no `@pulumi/kubernetes`.
+   */
+  provider?: pulumi.ProviderResource;
   /** Extra labels on every object (the app.kubernetes.io/* ones are always set). */
   labels?: Record<string, string>;
 }
@@ -27,10 +38,45 @@ export interface PublishedProxies {
   urls: pulumi.Input<string[]>;
 }
 
+/**
+ * What a pool declared in the cluster. They are `k8s.core.v1.Secret`,
+ * `k8s.core.v1.Service` and `k8s.discovery.v1.EndpointSlice`; typed as
+ * Pulumi's base class so the package's types do not require
+ * `@pulumi/kubernetes` (cast them where you need the Kubernetes fields).
+ */
 export interface KubernetesObjects {
-  secret: k8s.core.v1.Secret;
-  service: k8s.core.v1.Service;
-  endpointSlice: k8s.discovery.v1.EndpointSlice;
+  secret: pulumi.CustomResource;
+  service: pulumi.CustomResource;
+  endpointSlice: pulumi.CustomResource;
+}
+
+/** `kubernetes:` is set but the optional peer dependency is not installed. */
+export class KubernetesPackageMissingError extends Error {
+  override readonly name = "KubernetesPackageMissingError";
+}
+
+type KubernetesModule = typeof import("@pulumi/kubernetes");
+
+/**
+ * `require`d at call time, not imported: a stack without `@pulumi/kubernetes`
+ * must load this package. Only the package itself missing is turned into the
+ * install hint; any other failure while loading it surfaces unchanged.
+ */
+function loadKubernetes(owner: string): KubernetesModule {
+  try {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports -- optional peer, loaded only when publishing
+    return require(KUBERNETES_PACKAGE) as KubernetesModule;
+  } catch (error) {
+    const { code, message } = error as { code?: string; message?: string };
+    if (code === "MODULE_NOT_FOUND" && message?.includes(`'${KUBERNETES_PACKAGE}'`))
+      throw new KubernetesPackageMissingError(
+        `${owner}: kubernetes is set, which publishes the pool with ${KUBERNETES_PACKAGE}, ` +
+          `but that package is not installed in this stack. Run \`npm install ${KUBERNETES_PACKAGE}\` ` +
+          `(it is an optional peer dependency of egress-proxies), or remove kubernetes from the pool's arguments.`,
+        { cause: error },
+      );
+    throw error;
+  }
 }
 
 /** Conventional labels (https://kubernetes.io/docs/concepts/overview/working-with-objects/common-labels/). */
@@ -56,12 +102,22 @@ export function secretDocuments(urls: readonly string[]): Record<string, string>
   };
 }
 
+/**
+ * Fails with the install hint when `@pulumi/kubernetes` cannot be loaded; the
+ * pool calls it before declaring anything, so a missing package never leaves
+ * half a pool behind.
+ */
+export function assertKubernetesAvailable(owner: string): void {
+  loadKubernetes(owner);
+}
+
 export function publishToKubernetes(
   resourceNamePrefix: string,
   args: KubernetesPublishingArgs,
   proxies: PublishedProxies,
   parent: pulumi.Resource,
 ): KubernetesObjects {
+  const k8s = loadKubernetes(`EgressProxyPool ${resourceNamePrefix}`);
   const options: pulumi.CustomResourceOptions = { parent, provider: args.provider };
   const labels = publishingLabels(args.name, args.labels);
   const annotations = { "egress-proxies.dev/pool": resourceNamePrefix };

@@ -8,6 +8,7 @@ import * as pulumi from "@pulumi/pulumi";
 import { KvmProxy, type KvmProxyArgs } from "../provider/kvm/resource";
 import { ProxmoxProxy, type ProxmoxProxyArgs } from "../provider/proxmox/resource";
 import {
+  assertKubernetesAvailable,
   publishToKubernetes,
   type KubernetesObjects,
   type KubernetesPublishingArgs,
@@ -166,6 +167,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     const problems = poolArgsProblems(args);
     if (problems.length > 0)
       throw new PoolArgsError(`EgressProxyPool ${name}: ${problems.join("; ")}`);
+    if (args.kubernetes !== undefined) assertKubernetesAvailable(`EgressProxyPool ${name}`);
 
     const placed = placeProxies(args.backends, args.count);
     const port = args.squid?.port ?? DEFAULT_SQUID_PORT;

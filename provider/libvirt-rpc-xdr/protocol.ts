@@ -1,13 +1,17 @@
 /**
- * The libvirt remote protocol's numbers and structs, hand-written from
- * libvirt's `remote_protocol.x`, `virnetprotocol.x` and
- * `virkeepaliveprotocol.x` for the procedures this project uses. Each
- * procedure is a value that knows how to encode its arguments and decode its
- * result, so `client.call(Procedures.domainLookupByName, { name })` is fully
- * typed and nothing here touches a socket.
+ * The libvirt remote protocol's numbers and structs for the procedures this
+ * project uses, written from libvirt's `remote_protocol.x`, `qemu_protocol.x`,
+ * `virnetprotocol.x` and `virkeepaliveprotocol.x`. Structs are declared as XDR
+ * type values (`xdr-types.ts`): the codec runs from them, and a unit test
+ * parses copies of those `.x` files (test/data/libvirt/) and compares every
+ * number and layout here with them. Each procedure is a value that knows how
+ * to encode its arguments and decode its result, so
+ * `client.call(Procedures.domainLookupByName, { name })` is fully typed and
+ * nothing here touches a socket.
  */
 import type { RemoteErrorFields } from "./errors";
 import { XdrReader, XdrWriter } from "./xdr";
+import * as t from "./xdr-types";
 
 export const REMOTE_PROGRAM = 0x20008086;
 export const REMOTE_PROTOCOL_VERSION = 1;
@@ -76,99 +80,98 @@ export const UndefineFlags = {
 export const ListAllDomainsFlags = { ACTIVE: 1, INACTIVE: 2, PERSISTENT: 4, TRANSIENT: 8 } as const;
 export const StorageVolStreamFlags = { SPARSE_STREAM: 1 } as const;
 
-// ---- handles -------------------------------------------------------------------------------------
-
-/** remote_nonnull_domain. The qemu driver resolves it by UUID. */
-export interface DomainHandle {
-  name: string;
-  uuid: Buffer;
-  id: number;
-}
-/** remote_nonnull_storage_pool */
-export interface StoragePoolHandle {
-  name: string;
-  uuid: Buffer;
-}
-/** remote_nonnull_storage_vol, resolved by pool + name. */
-export interface StorageVolHandle {
-  pool: string;
-  name: string;
-  key: string;
-}
-/** remote_nonnull_network */
-export interface NetworkHandle {
-  name: string;
-  uuid: Buffer;
-}
+// ---- shared structs ------------------------------------------------------------------------------
 
 const UUID_LENGTH = 16;
+/** remote_nonnull_string */
+const remoteString = t.string(Limits.stringMax);
+/** remote_string: a string that may be NULL. */
+const optionalString = t.optional(remoteString);
+/** remote_uuid */
+const uuid = t.fixedOpaque(UUID_LENGTH);
 
-export const xdrTypes = {
-  writeDomain(w: XdrWriter, dom: DomainHandle): void {
-    w.string(dom.name, Limits.stringMax).fixedOpaque(dom.uuid, UUID_LENGTH).int(dom.id);
-  },
-  readDomain(r: XdrReader): DomainHandle {
-    return { name: r.string(Limits.stringMax), uuid: r.fixedOpaque(UUID_LENGTH), id: r.int() };
-  },
-  writePool(w: XdrWriter, pool: StoragePoolHandle): void {
-    w.string(pool.name, Limits.stringMax).fixedOpaque(pool.uuid, UUID_LENGTH);
-  },
-  readPool(r: XdrReader): StoragePoolHandle {
-    return { name: r.string(Limits.stringMax), uuid: r.fixedOpaque(UUID_LENGTH) };
-  },
-  writeVol(w: XdrWriter, vol: StorageVolHandle): void {
-    w.string(vol.pool, Limits.stringMax)
-      .string(vol.name, Limits.stringMax)
-      .string(vol.key, Limits.stringMax);
-  },
-  readVol(r: XdrReader): StorageVolHandle {
-    return {
-      pool: r.string(Limits.stringMax),
-      name: r.string(Limits.stringMax),
-      key: r.string(Limits.stringMax),
-    };
-  },
-  writeNetwork(w: XdrWriter, net: NetworkHandle): void {
-    w.string(net.name, Limits.stringMax).fixedOpaque(net.uuid, UUID_LENGTH);
-  },
-  readNetwork(r: XdrReader): NetworkHandle {
-    return { name: r.string(Limits.stringMax), uuid: r.fixedOpaque(UUID_LENGTH) };
-  },
-  writeOptionalString(w: XdrWriter, value: string | null | undefined): void {
-    w.optional(value, (inner, s) => inner.string(s, Limits.stringMax));
-  },
-  readOptionalString(r: XdrReader): string | null {
-    return r.optional((inner) => inner.string(Limits.stringMax));
-  },
-};
+/** remote_nonnull_domain. The qemu driver resolves it by UUID. */
+const domain = t.struct("remote_nonnull_domain", { name: remoteString, uuid, id: t.int });
+/** remote_nonnull_network */
+const network = t.struct("remote_nonnull_network", { name: remoteString, uuid });
+/** remote_nonnull_storage_pool */
+const storagePool = t.struct("remote_nonnull_storage_pool", { name: remoteString, uuid });
+/** remote_nonnull_storage_vol, resolved by pool + name. */
+const storageVol = t.struct("remote_nonnull_storage_vol", {
+  pool: remoteString,
+  name: remoteString,
+  key: remoteString,
+});
+
+export type DomainHandle = t.StructOut<typeof domain.members>;
+export type StoragePoolHandle = t.StructOut<typeof storagePool.members>;
+export type StorageVolHandle = t.StructOut<typeof storageVol.members>;
+export type NetworkHandle = t.StructOut<typeof network.members>;
+
+/** remote_domain_ip_addr */
+const domainIpAddr = t.struct("remote_domain_ip_addr", {
+  type: t.int,
+  addr: remoteString,
+  prefix: t.uint,
+});
+/** remote_domain_interface */
+const domainInterface = t.struct("remote_domain_interface", {
+  name: remoteString,
+  hwaddr: optionalString,
+  addrs: t.array(domainIpAddr, Limits.addressesMax),
+});
+export type DomainInterface = t.StructOut<typeof domainInterface.members>;
+
+/** remote_network_dhcp_lease */
+const dhcpLease = t.struct("remote_network_dhcp_lease", {
+  iface: remoteString,
+  expirytime: t.hyper,
+  type: t.int,
+  mac: optionalString,
+  iaid: optionalString,
+  ipaddr: remoteString,
+  prefix: t.uint,
+  hostname: optionalString,
+  clientid: optionalString,
+});
+export type DhcpLease = t.StructOut<typeof dhcpLease.members>;
 
 /** remote_error: all 11 fields in wire order. */
+const remoteError = t.struct("remote_error", {
+  code: t.int,
+  domain: t.int,
+  message: optionalString,
+  level: t.int,
+  dom: t.optional(domain),
+  str1: optionalString,
+  str2: optionalString,
+  str3: optionalString,
+  int1: t.int,
+  int2: t.int,
+  net: t.optional(network),
+});
+
+/** The structs above as values, for tests and for anyone extending the protocol. */
+export const RemoteTypes = {
+  remoteString,
+  optionalString,
+  uuid,
+  domain,
+  network,
+  storagePool,
+  storageVol,
+  domainIpAddr,
+  domainInterface,
+  dhcpLease,
+  remoteError,
+} as const;
+
 export function readRemoteError(r: XdrReader): RemoteErrorFields {
-  return {
-    code: r.int(),
-    domain: r.int(),
-    message: xdrTypes.readOptionalString(r),
-    level: r.int(),
-    dom: r.optional(xdrTypes.readDomain),
-    str1: xdrTypes.readOptionalString(r),
-    str2: xdrTypes.readOptionalString(r),
-    str3: xdrTypes.readOptionalString(r),
-    int1: r.int(),
-    int2: r.int(),
-    net: r.optional(xdrTypes.readNetwork),
-  };
+  return remoteError.read(r);
 }
 
 export function writeRemoteError(w: XdrWriter, e: RemoteErrorFields): void {
-  w.int(e.code).int(e.domain);
-  xdrTypes.writeOptionalString(w, e.message);
-  w.int(e.level);
-  w.optional(e.dom, xdrTypes.writeDomain);
-  xdrTypes.writeOptionalString(w, e.str1);
-  xdrTypes.writeOptionalString(w, e.str2);
-  xdrTypes.writeOptionalString(w, e.str3);
-  w.int(e.int1).int(e.int2);
-  w.optional(e.net, xdrTypes.writeNetwork);
+  remoteError.write(w, e);
 }
 
 // ---- procedures ----------------------------------------------------------------------------------
@@ -180,430 +183,234 @@ export interface Procedure<Args, Ret> {
   readonly version: number;
   readonly number: number;
   readonly stream?: "upload" | "download";
+  /** `remote_<name>_args` as a layout; null when libvirt declares none (no arguments). */
+  readonly argsLayout: t.StructLayout | null;
+  /** `remote_<name>_ret` as a layout; null when the procedure returns nothing. */
+  readonly retLayout: t.StructLayout | null;
   encodeArgs(writer: XdrWriter, args: Args): void;
   decodeRet(reader: XdrReader): Ret;
 }
 
-type Encoder<Args> = (writer: XdrWriter, args: Args) => void;
-type Decoder<Ret> = (reader: XdrReader) => Ret;
-const noArgs: Encoder<void> = () => undefined;
-const noRet: Decoder<void> = () => undefined;
-const stringRet: Decoder<string> = (r) => r.string(Limits.stringMax);
-
-function remote<Args, Ret>(
+function procedure<Args, Ret>(
+  program: number,
+  version: number,
   name: string,
   number: number,
-  encodeArgs: Encoder<Args>,
-  decodeRet: Decoder<Ret>,
+  args: t.XdrBody<unknown, Args>,
+  ret: t.XdrBody<Ret, never>,
   stream?: "upload" | "download",
 ): Procedure<Args, Ret> {
   return {
     name,
-    program: REMOTE_PROGRAM,
-    version: REMOTE_PROTOCOL_VERSION,
+    program,
+    version,
     number,
-    encodeArgs,
-    decodeRet,
+    argsLayout: args.layout,
+    retLayout: ret.layout,
+    encodeArgs: (w, a) => args.write(w, a),
+    decodeRet: (r) => ret.read(r),
     ...(stream ? { stream } : {}),
   };
 }
 
-export interface DomainArgs {
-  dom: DomainHandle;
-}
-export interface DomainFlagsArgs {
-  dom: DomainHandle;
-  flags: number;
-}
-export interface PoolFlagsArgs {
-  pool: StoragePoolHandle;
-  flags: number;
-}
-export interface VolArgs {
-  vol: StorageVolHandle;
-}
-export interface VolStreamArgs {
-  vol: StorageVolHandle;
-  offset: bigint | number;
-  /** 0 means "to the end". */
-  length: bigint | number;
-  flags: number;
-}
-export interface StoragePoolInfo {
-  /** virStoragePoolState (unsigned char on the wire, 4 bytes). */
-  state: number;
-  capacity: bigint;
-  allocation: bigint;
-  available: bigint;
-}
-export interface StorageVolInfo {
-  /** virStorageVolType (char on the wire, 4 bytes). */
-  type: number;
-  capacity: bigint;
-  allocation: bigint;
-}
-export interface DomainInterface {
-  name: string;
-  hwaddr: string | null;
-  addrs: { type: number; addr: string; prefix: number }[];
-}
-export interface DhcpLease {
-  iface: string;
-  expirytime: bigint;
-  type: number;
-  mac: string | null;
-  iaid: string | null;
-  ipaddr: string;
-  prefix: number;
-  hostname: string | null;
-  clientid: string | null;
+function remote<Args, Ret>(
+  name: string,
+  number: number,
+  args: t.XdrBody<unknown, Args>,
+  ret: t.XdrBody<Ret, never>,
+  stream?: "upload" | "download",
+): Procedure<Args, Ret> {
+  return procedure(REMOTE_PROGRAM, REMOTE_PROTOCOL_VERSION, name, number, args, ret, stream);
 }
 
-const writeDomainArgs: Encoder<DomainArgs> = (w, a) => xdrTypes.writeDomain(w, a.dom);
-const writeDomainFlagsArgs: Encoder<DomainFlagsArgs> = (w, a) => {
-  xdrTypes.writeDomain(w, a.dom);
-  w.uint(a.flags);
-};
-const readDomainRet: Decoder<DomainHandle> = (r) => xdrTypes.readDomain(r);
-const writeVolStreamArgs: Encoder<VolStreamArgs> = (w, a) => {
-  xdrTypes.writeVol(w, a.vol);
-  w.uhyper(a.offset).uhyper(a.length).uint(a.flags);
-};
+/** A procedure's own args/ret struct (libvirt names it after the procedure). */
+const body = <M extends Parameters<typeof t.struct>[1]>(members: M) => t.struct(null, members);
+
+const domainArgs = body({ dom: domain });
+const domainFlagsArgs = body({ dom: domain, flags: t.uint });
+const domainRet = t.only("dom", domain);
+const volArgs = body({ vol: storageVol });
+const volStreamArgs = body({ vol: storageVol, offset: t.uhyper, length: t.uhyper, flags: t.uint });
+const stringOf = (member: string) => t.only(member, remoteString);
+
+export type DomainArgs = t.StructIn<(typeof domainArgs)["members"]>;
+export type DomainFlagsArgs = t.StructIn<(typeof domainFlagsArgs)["members"]>;
+export type VolArgs = t.StructIn<(typeof volArgs)["members"]>;
+/** `length` 0 means "to the end". */
+export type VolStreamArgs = t.StructIn<(typeof volStreamArgs)["members"]>;
+
+const storagePoolInfo = body({
+  /** virStoragePoolState (unsigned char on the wire, 4 bytes). */
+  state: t.uint,
+  capacity: t.uhyper,
+  allocation: t.uhyper,
+  available: t.uhyper,
+});
+export type StoragePoolInfo = t.StructOut<(typeof storagePoolInfo)["members"]>;
+const storageVolInfo = body({
+  /** virStorageVolType (char on the wire, 4 bytes). */
+  type: t.int,
+  capacity: t.uhyper,
+  allocation: t.uhyper,
+});
+export type StorageVolInfo = t.StructOut<(typeof storageVolInfo)["members"]>;
 
 export const Procedures = {
-  connectOpen: remote<{ name: string | null; flags: number }, void>(
-    "connectOpen",
-    1,
-    (w, a) => {
-      xdrTypes.writeOptionalString(w, a.name);
-      w.uint(a.flags);
-    },
-    noRet,
-  ),
-  connectClose: remote<void, void>("connectClose", 2, noArgs, noRet),
-  connectGetCapabilities: remote<void, string>("connectGetCapabilities", 7, noArgs, stringRet),
-  domainCreate: remote<DomainArgs, void>("domainCreate", 9, writeDomainArgs, noRet),
-  domainDefineXml: remote<{ xml: string }, DomainHandle>(
-    "domainDefineXml",
-    11,
-    (w, a) => w.string(a.xml, Limits.stringMax),
-    readDomainRet,
-  ),
-  domainDestroy: remote<DomainArgs, void>("domainDestroy", 12, writeDomainArgs, noRet),
-  domainGetXmlDesc: remote<DomainFlagsArgs, string>(
-    "domainGetXmlDesc",
-    14,
-    writeDomainFlagsArgs,
-    stringRet,
-  ),
-  domainLookupByName: remote<{ name: string }, DomainHandle>(
-    "domainLookupByName",
-    23,
-    (w, a) => w.string(a.name, Limits.stringMax),
-    readDomainRet,
-  ),
-  domainLookupByUuid: remote<{ uuid: Buffer }, DomainHandle>(
-    "domainLookupByUuid",
-    24,
-    (w, a) => w.fixedOpaque(a.uuid, UUID_LENGTH),
-    readDomainRet,
-  ),
-  domainShutdown: remote<DomainArgs, void>("domainShutdown", 33, writeDomainArgs, noRet),
-  domainUndefine: remote<DomainArgs, void>("domainUndefine", 35, writeDomainArgs, noRet),
-  // 46, checked against libvirtd 9.0 (40 is NETWORK_DEFINE_XML).
-  networkLookupByName: remote<{ name: string }, NetworkHandle>(
+  connectOpen: remote("connectOpen", 1, body({ name: optionalString, flags: t.uint }), t.empty),
+  connectClose: remote("connectClose", 2, t.empty, t.empty),
+  connectGetCapabilities: remote("connectGetCapabilities", 7, t.empty, stringOf("capabilities")),
+  domainCreate: remote("domainCreate", 9, domainArgs, t.empty),
+  domainDefineXml: remote("domainDefineXml", 11, body({ xml: remoteString }), domainRet),
+  domainDestroy: remote("domainDestroy", 12, domainArgs, t.empty),
+  domainGetXmlDesc: remote("domainGetXmlDesc", 14, domainFlagsArgs, stringOf("xml")),
+  domainLookupByName: remote("domainLookupByName", 23, body({ name: remoteString }), domainRet),
+  domainLookupByUuid: remote("domainLookupByUuid", 24, body({ uuid }), domainRet),
+  domainShutdown: remote("domainShutdown", 33, domainArgs, t.empty),
+  domainUndefine: remote("domainUndefine", 35, domainArgs, t.empty),
+  networkLookupByName: remote(
     "networkLookupByName",
     46,
-    (w, a) => w.string(a.name, Limits.stringMax),
-    (r) => xdrTypes.readNetwork(r),
+    body({ name: remoteString }),
+    t.only("net", network),
   ),
-  connectGetHostname: remote<void, string>("connectGetHostname", 59, noArgs, stringRet),
-  connectSupportsFeature: remote<{ feature: number }, boolean>(
+  connectGetHostname: remote("connectGetHostname", 59, t.empty, stringOf("hostname")),
+  connectSupportsFeature: remote(
     "connectSupportsFeature",
     60,
-    (w, a) => w.int(a.feature),
-    (r) => r.int() !== 0,
+    body({ feature: t.int }),
+    t.only("supported", t.intBool),
   ),
-  authList: remote<void, number[]>("authList", 66, noArgs, (r) =>
-    r.array(Limits.authTypeListMax, (inner) => inner.int()),
+  authList: remote(
+    "authList",
+    66,
+    t.empty,
+    // remote_auth_type is an enum: an int on the wire.
+    t.only("types", t.array(t.int, Limits.authTypeListMax)),
   ),
-  authPolkit: remote<void, boolean>("authPolkit", 70, noArgs, (r) => r.int() !== 0),
-  storagePoolRefresh: remote<PoolFlagsArgs, void>(
+  authPolkit: remote("authPolkit", 70, t.empty, t.only("complete", t.intBool)),
+  storagePoolRefresh: remote(
     "storagePoolRefresh",
     83,
-    (w, a) => {
-      xdrTypes.writePool(w, a.pool);
-      w.uint(a.flags);
-    },
-    noRet,
+    body({ pool: storagePool, flags: t.uint }),
+    t.empty,
   ),
-  storagePoolLookupByName: remote<{ name: string }, StoragePoolHandle>(
+  storagePoolLookupByName: remote(
     "storagePoolLookupByName",
     84,
-    (w, a) => w.string(a.name, Limits.stringMax),
-    (r) => xdrTypes.readPool(r),
+    body({ name: remoteString }),
+    t.only("pool", storagePool),
   ),
-  storagePoolGetInfo: remote<{ pool: StoragePoolHandle }, StoragePoolInfo>(
+  storagePoolGetInfo: remote(
     "storagePoolGetInfo",
     87,
-    (w, a) => xdrTypes.writePool(w, a.pool),
-    (r) => ({
-      state: r.uint(),
-      capacity: r.uhyper(),
-      allocation: r.uhyper(),
-      available: r.uhyper(),
-    }),
+    body({ pool: storagePool }),
+    storagePoolInfo,
   ),
-  storageVolCreateXml: remote<
-    { pool: StoragePoolHandle; xml: string; flags: number },
-    StorageVolHandle
-  >(
+  storageVolCreateXml: remote(
     "storageVolCreateXml",
     93,
-    (w, a) => {
-      xdrTypes.writePool(w, a.pool);
-      w.string(a.xml, Limits.stringMax).uint(a.flags);
-    },
-    (r) => xdrTypes.readVol(r),
+    body({ pool: storagePool, xml: remoteString, flags: t.uint }),
+    t.only("vol", storageVol),
   ),
-  storageVolDelete: remote<{ vol: StorageVolHandle; flags: number }, void>(
+  storageVolDelete: remote(
     "storageVolDelete",
     94,
-    (w, a) => {
-      xdrTypes.writeVol(w, a.vol);
-      w.uint(a.flags);
-    },
-    noRet,
+    body({ vol: storageVol, flags: t.uint }),
+    t.empty,
   ),
-  storageVolLookupByName: remote<{ pool: StoragePoolHandle; name: string }, StorageVolHandle>(
+  storageVolLookupByName: remote(
     "storageVolLookupByName",
     95,
-    (w, a) => {
-      xdrTypes.writePool(w, a.pool);
-      w.string(a.name, Limits.stringMax);
-    },
-    (r) => xdrTypes.readVol(r),
+    body({ pool: storagePool, name: remoteString }),
+    t.only("vol", storageVol),
   ),
-  storageVolGetInfo: remote<VolArgs, StorageVolInfo>(
-    "storageVolGetInfo",
-    98,
-    (w, a) => xdrTypes.writeVol(w, a.vol),
-    (r) => ({ type: r.int(), capacity: r.uhyper(), allocation: r.uhyper() }),
-  ),
-  storageVolGetXmlDesc: remote<{ vol: StorageVolHandle; flags: number }, string>(
+  storageVolGetInfo: remote("storageVolGetInfo", 98, volArgs, storageVolInfo),
+  storageVolGetXmlDesc: remote(
     "storageVolGetXmlDesc",
     99,
-    (w, a) => {
-      xdrTypes.writeVol(w, a.vol);
-      w.uint(a.flags);
-    },
-    stringRet,
+    body({ vol: storageVol, flags: t.uint }),
+    stringOf("xml"),
   ),
-  storageVolGetPath: remote<VolArgs, string>(
-    "storageVolGetPath",
-    100,
-    (w, a) => xdrTypes.writeVol(w, a.vol),
-    stringRet,
-  ),
-  connectGetLibVersion: remote<void, bigint>("connectGetLibVersion", 157, noArgs, (r) =>
-    r.uhyper(),
-  ),
-  domainCreateWithFlags: remote<DomainFlagsArgs, DomainHandle>(
-    "domainCreateWithFlags",
-    196,
-    writeDomainFlagsArgs,
-    readDomainRet,
-  ),
-  storageVolUpload: remote<VolStreamArgs, void>(
-    "storageVolUpload",
-    208,
-    writeVolStreamArgs,
-    noRet,
-    "upload",
-  ),
-  storageVolDownload: remote<VolStreamArgs, void>(
-    "storageVolDownload",
-    209,
-    writeVolStreamArgs,
-    noRet,
-    "download",
-  ),
-  domainGetState: remote<DomainFlagsArgs, { state: number; reason: number }>(
+  storageVolGetPath: remote("storageVolGetPath", 100, volArgs, stringOf("name")),
+  connectGetLibVersion: remote("connectGetLibVersion", 157, t.empty, t.only("libVer", t.uhyper)),
+  domainCreateWithFlags: remote("domainCreateWithFlags", 196, domainFlagsArgs, domainRet),
+  storageVolUpload: remote("storageVolUpload", 208, volStreamArgs, t.empty, "upload"),
+  storageVolDownload: remote("storageVolDownload", 209, volStreamArgs, t.empty, "download"),
+  domainGetState: remote(
     "domainGetState",
     212,
-    writeDomainFlagsArgs,
-    (r) => ({ state: r.int(), reason: r.int() }),
+    domainFlagsArgs,
+    body({ state: t.int, reason: t.int }),
   ),
-  domainUndefineFlags: remote<DomainFlagsArgs, void>(
-    "domainUndefineFlags",
-    231,
-    writeDomainFlagsArgs,
-    noRet,
-  ),
-  domainDestroyFlags: remote<DomainFlagsArgs, void>(
-    "domainDestroyFlags",
-    234,
-    writeDomainFlagsArgs,
-    noRet,
-  ),
-  domainShutdownFlags: remote<DomainFlagsArgs, void>(
-    "domainShutdownFlags",
-    258,
-    writeDomainFlagsArgs,
-    noRet,
-  ),
-  storageVolResize: remote<
-    { vol: StorageVolHandle; capacity: bigint | number; flags: number },
-    void
-  >(
+  domainUndefineFlags: remote("domainUndefineFlags", 231, domainFlagsArgs, t.empty),
+  domainDestroyFlags: remote("domainDestroyFlags", 234, domainFlagsArgs, t.empty),
+  domainShutdownFlags: remote("domainShutdownFlags", 258, domainFlagsArgs, t.empty),
+  storageVolResize: remote(
     "storageVolResize",
     260,
-    (w, a) => {
-      xdrTypes.writeVol(w, a.vol);
-      w.uhyper(a.capacity).uint(a.flags);
-    },
-    noRet,
+    body({ vol: storageVol, capacity: t.uhyper, flags: t.uint }),
+    t.empty,
   ),
-  domainSetMetadata: remote<
-    {
-      dom: DomainHandle;
-      type: number;
-      metadata: string | null;
-      key: string | null;
-      uri: string | null;
-      flags: number;
-    },
-    void
-  >(
+  domainSetMetadata: remote(
     "domainSetMetadata",
     264,
-    (w, a) => {
-      xdrTypes.writeDomain(w, a.dom);
-      w.int(a.type);
-      xdrTypes.writeOptionalString(w, a.metadata);
-      xdrTypes.writeOptionalString(w, a.key);
-      xdrTypes.writeOptionalString(w, a.uri);
-      w.uint(a.flags);
-    },
-    noRet,
+    body({
+      dom: domain,
+      type: t.int,
+      metadata: optionalString,
+      key: optionalString,
+      uri: optionalString,
+      flags: t.uint,
+    }),
+    t.empty,
   ),
-  domainGetMetadata: remote<
-    { dom: DomainHandle; type: number; uri: string | null; flags: number },
-    string
-  >(
+  domainGetMetadata: remote(
     "domainGetMetadata",
     265,
-    (w, a) => {
-      xdrTypes.writeDomain(w, a.dom);
-      w.int(a.type);
-      xdrTypes.writeOptionalString(w, a.uri);
-      w.uint(a.flags);
-    },
-    stringRet,
+    body({ dom: domain, type: t.int, uri: optionalString, flags: t.uint }),
+    stringOf("metadata"),
   ),
-  connectListAllDomains: remote<
-    { needResults: number; flags: number },
-    { domains: DomainHandle[]; ret: number }
-  >(
+  connectListAllDomains: remote(
     "connectListAllDomains",
     273,
-    (w, a) => w.int(a.needResults).uint(a.flags),
-    (r) => ({ domains: r.array(Limits.domainListMax, xdrTypes.readDomain), ret: r.uint() }),
+    // needResults 0 asks only for the count.
+    body({ needResults: t.int, flags: t.uint }),
+    body({ domains: t.array(domain, Limits.domainListMax), ret: t.uint }),
   ),
-  // 282, checked against libvirtd 9.0 (281 is CONNECT_LIST_ALL_STORAGE_POOLS).
-  storagePoolListAllVolumes: remote<
-    { pool: StoragePoolHandle; needResults: number; flags: number },
-    { vols: StorageVolHandle[]; ret: number }
-  >(
+  domainGetHostname: remote("domainGetHostname", 277, domainFlagsArgs, stringOf("hostname")),
+  storagePoolListAllVolumes: remote(
     "storagePoolListAllVolumes",
     282,
-    (w, a) => {
-      xdrTypes.writePool(w, a.pool);
-      // Like connectListAllDomains: 0 asks only for the count.
-      w.int(a.needResults).uint(a.flags);
-    },
-    (r) => ({ vols: r.array(Limits.storageVolListMax, xdrTypes.readVol), ret: r.uint() }),
+    body({ pool: storagePool, needResults: t.int, flags: t.uint }),
+    body({ vols: t.array(storageVol, Limits.storageVolListMax), ret: t.uint }),
   ),
-  domainGetHostname: remote<DomainFlagsArgs, string>(
-    "domainGetHostname",
-    277,
-    writeDomainFlagsArgs,
-    stringRet,
-  ),
-  networkGetDhcpLeases: remote<
-    { net: NetworkHandle; mac: string | null; needResults: number; flags: number },
-    { leases: DhcpLease[]; ret: number }
-  >(
+  networkGetDhcpLeases: remote(
     "networkGetDhcpLeases",
     341,
-    (w, a) => {
-      xdrTypes.writeNetwork(w, a.net);
-      xdrTypes.writeOptionalString(w, a.mac);
-      // Like connectListAllDomains: 0 asks only for the count.
-      w.int(a.needResults).uint(a.flags);
-    },
-    (r) => ({
-      leases: r.array(Limits.dhcpLeasesMax, (l) => ({
-        iface: l.string(Limits.stringMax),
-        expirytime: l.hyper(),
-        type: l.int(),
-        mac: xdrTypes.readOptionalString(l),
-        iaid: xdrTypes.readOptionalString(l),
-        ipaddr: l.string(Limits.stringMax),
-        prefix: l.uint(),
-        hostname: xdrTypes.readOptionalString(l),
-        clientid: xdrTypes.readOptionalString(l),
-      })),
-      ret: r.uint(),
-    }),
+    body({ net: network, mac: optionalString, needResults: t.int, flags: t.uint }),
+    body({ leases: t.array(dhcpLease, Limits.dhcpLeasesMax), ret: t.uint }),
   ),
-  domainDefineXmlFlags: remote<{ xml: string; flags: number }, DomainHandle>(
+  domainDefineXmlFlags: remote(
     "domainDefineXmlFlags",
     350,
-    (w, a) => w.string(a.xml, Limits.stringMax).uint(a.flags),
-    readDomainRet,
+    body({ xml: remoteString, flags: t.uint }),
+    domainRet,
   ),
-  domainInterfaceAddresses: remote<
-    { dom: DomainHandle; source: number; flags: number },
-    DomainInterface[]
-  >(
+  domainInterfaceAddresses: remote(
     "domainInterfaceAddresses",
     353,
-    (w, a) => {
-      xdrTypes.writeDomain(w, a.dom);
-      w.uint(a.source).uint(a.flags);
-    },
-    (r) =>
-      r.array(Limits.interfacesMax, (i) => ({
-        name: i.string(Limits.stringMax),
-        hwaddr: xdrTypes.readOptionalString(i),
-        addrs: i.array(Limits.addressesMax, (a) => ({
-          type: a.int(),
-          addr: a.string(Limits.stringMax),
-          prefix: a.uint(),
-        })),
-      })),
+    body({ dom: domain, source: t.uint, flags: t.uint }),
+    t.only("ifaces", t.array(domainInterface, Limits.interfacesMax)),
   ),
   /** QEMU program, proc 3: qemu-guest-agent passthrough (virDomainQemuAgentCommand). */
-  qemuDomainAgentCommand: {
-    name: "qemuDomainAgentCommand",
-    program: QEMU_PROGRAM,
-    version: QEMU_PROTOCOL_VERSION,
-    number: 3,
-    encodeArgs(
-      w: XdrWriter,
-      a: { dom: DomainHandle; cmd: string; timeout: number; flags: number },
-    ): void {
-      xdrTypes.writeDomain(w, a.dom);
-      w.string(a.cmd, Limits.stringMax).int(a.timeout).uint(a.flags);
-    },
-    decodeRet(r: XdrReader): string | null {
-      return xdrTypes.readOptionalString(r);
-    },
-  } satisfies Procedure<
-    { dom: DomainHandle; cmd: string; timeout: number; flags: number },
-    string | null
-  >,
+  qemuDomainAgentCommand: procedure(
+    QEMU_PROGRAM,
+    QEMU_PROTOCOL_VERSION,
+    "qemuDomainAgentCommand",
+    3,
+    body({ dom: domain, cmd: remoteString, timeout: t.int, flags: t.uint }),
+    t.only("result", optionalString),
+  ),
 };
 
 export type ProcedureName = keyof typeof Procedures;

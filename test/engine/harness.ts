@@ -50,9 +50,11 @@ export interface ConsumerProject {
 /**
  * Packs the already-built repository (`npm run build` first) and installs the
  * tarball into a fresh consumer project. Dependencies are linked from this
- * repository's node_modules: no registry is contacted.
+ * repository's node_modules (all but `without`): no registry is contacted.
  */
-export function packIntoConsumerProject(): ConsumerProject {
+export function packIntoConsumerProject(
+  options: { without?: readonly string[] } = {},
+): ConsumerProject {
   const dir = mkdtempSync(join(tmpdir(), "egress-consumer-"));
   try {
     const manifest = JSON.parse(readFileSync(join(REPOSITORY, "package.json"), "utf8")) as {
@@ -75,10 +77,10 @@ export function packIntoConsumerProject(): ConsumerProject {
       target,
       "--strip-components=1",
     ]);
-    for (const entry of readdirSync(join(REPOSITORY, "node_modules"))) {
-      if (entry === manifest.name || entry.startsWith(".")) continue;
-      symlinkSync(join(REPOSITORY, "node_modules", entry), join(modules, entry));
-    }
+    linkDependencies(join(REPOSITORY, "node_modules"), modules, [
+      manifest.name,
+      ...(options.without ?? []),
+    ]);
     writeFileSync(
       join(dir, "package.json"),
       JSON.stringify({
@@ -95,6 +97,28 @@ export function packIntoConsumerProject(): ConsumerProject {
   } catch (error) {
     rmSync(dir, { recursive: true, force: true });
     throw error;
+  }
+}
+
+/**
+ * Links every package in `from` into `to`, except `skip` (names like `ssh2` or
+ * `@scope/name`); a scope holding a skipped package gets a real directory of
+ * links, so a consumer can lack one optional peer dependency.
+ */
+function linkDependencies(from: string, to: string, skip: readonly string[]): void {
+  for (const entry of readdirSync(from)) {
+    if (entry.startsWith(".") || skip.includes(entry)) continue;
+    const skippedInScope = skip.filter((name) => name.startsWith(`${entry}/`));
+    if (skippedInScope.length === 0) {
+      symlinkSync(join(from, entry), join(to, entry));
+      continue;
+    }
+    mkdirSync(join(to, entry));
+    linkDependencies(
+      join(from, entry),
+      join(to, entry),
+      skippedInScope.map((name) => name.slice(entry.length + 1)),
+    );
   }
 }
 
