@@ -207,7 +207,8 @@ export interface DomainDescription {
   mark: MarkReading;
 }
 
-export type DomainNetwork = { bridge: string } | { name: string } | { type: string; source?: string };
+export type DomainNetwork =
+  { bridge: string } | { name: string } | { type: string; source?: string };
 
 type XmlNode = Record<string, unknown>;
 const asNode = (value: unknown): XmlNode =>

@@ -300,7 +300,10 @@ export async function read(id: string, props: Props): Promise<pulumi.dynamic.Rea
   const { host: idHost, vmName } = parseKvmResourceId(id);
   // `.get` passes the user's arguments only: no output of ours has been recorded yet.
   const adopting = props.createdAt === undefined;
-  const deadline = Deadline.afterSeconds(Math.min(target.readySeconds, 120), "timeouts.readySeconds");
+  const deadline = Deadline.afterSeconds(
+    Math.min(target.readySeconds, 120),
+    "timeouts.readySeconds",
+  );
   const session = await openHost(target, deadline);
   if (adopting && idHost !== session.label)
     throw new PermanentError(
