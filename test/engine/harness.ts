@@ -105,6 +105,8 @@ export interface CapturedResource {
   inputs: Record<string, unknown>;
   /** Top-level inputs that were registered as secrets. */
   secretInputs: string[];
+  /** The id a `.get` asked for (a ReadResource); undefined for a registration. */
+  id?: string;
   urn: string;
 }
 
@@ -129,13 +131,13 @@ function unwrapSecrets(value: unknown, onSecret: () => void): unknown {
 
 const CAPTURE_PROGRAM = `
 const fs = require("node:fs");
-const [outFile, moduleName, exportName, resourceName, argsJson, project, stack] = process.argv.slice(2);
+const [outFile, moduleName, exportName, resourceName, argsJson, project, stack, getId] = process.argv.slice(2);
 const pulumi = require("@pulumi/pulumi");
 (async () => {
   await pulumi.runtime.setMocks(
     {
       newResource(args) {
-        fs.writeFileSync(outFile, JSON.stringify({ type: args.type, name: args.name, inputs: args.inputs }));
+        fs.writeFileSync(outFile, JSON.stringify({ type: args.type, name: args.name, inputs: args.inputs, id: args.id }));
         return { id: args.name + "-id", state: args.inputs };
       },
       call(args) {
@@ -147,7 +149,8 @@ const pulumi = require("@pulumi/pulumi");
     false,
   );
   const exported = require(moduleName)[exportName];
-  new exported(resourceName, JSON.parse(argsJson));
+  if (getId) exported.get(resourceName, getId, JSON.parse(argsJson));
+  else new exported(resourceName, JSON.parse(argsJson));
 })().catch((error) => {
   console.error(error && error.stack ? error.stack : String(error));
   process.exitCode = 1;
@@ -172,6 +175,8 @@ export function captureResourceInputs(
     project: "egress-consumer",
     stack: "engine-test",
   },
+  /** Capture `<exportName>.get(resourceName, getId, args)` (a ReadResource) instead. */
+  getId?: string,
 ): CapturedResource {
   const programFile = join(project.dir, "capture-program.js");
   const outFile = join(project.dir, `captured-${resourceName}.json`);
@@ -189,6 +194,7 @@ export function captureResourceInputs(
         JSON.stringify(args),
         identity.project,
         identity.stack,
+        ...(getId === undefined ? [] : [getId]),
       ],
       {
         cwd: project.dir,
@@ -203,7 +209,7 @@ export function captureResourceInputs(
   }
   const captured = JSON.parse(readFileSync(outFile, "utf8")) as Pick<
     CapturedResource,
-    "type" | "name" | "inputs"
+    "type" | "name" | "inputs" | "id"
   >;
   const secretInputs: string[] = [];
   const inputs: Record<string, unknown> = {};
