@@ -317,13 +317,7 @@ export async function read(id: string, props: Props): Promise<pulumi.dynamic.Rea
   const diskBytes = await diskCapacityOf(session.host, description);
   const { state } = await session.host.state(handle);
   const mac = description.mac ?? macAddressFor(description.name);
-  // One address source failing must not blank an address we knew.
-  const lookup =
-    state === "running"
-      ? await lookUpAddress(mac, (source) => session.host.interfaces(handle, source))
-      : undefined;
-  const known = typeof props.ip === "string" ? props.ip : null;
-  const ip = lookup?.ip ?? (state === "stopped" ? null : known);
+  const ip = await currentAddress(session.host, handle, state, mac, props.ip);
   const outputs: Props = {
     ...observedInputs(stripOutputs(props), { description, diskBytes }),
     ...pickOutputs(props),
@@ -340,6 +334,21 @@ export async function read(id: string, props: Props): Promise<pulumi.dynamic.Rea
     props: plain(outputs),
     inputs: plain(stripOutputs(outputs)),
   };
+}
+
+/** One address source failing must not blank an address we knew; a stopped VM has none. */
+async function currentAddress(
+  host: LibvirtHost,
+  handle: DomainHandle,
+  state: VmState,
+  mac: string,
+  known: unknown,
+): Promise<string | null> {
+  const lookup =
+    state === "running"
+      ? await lookUpAddress(mac, (source) => host.interfaces(handle, source))
+      : undefined;
+  return lookup?.ip ?? (state === "stopped" || typeof known !== "string" ? null : known);
 }
 
 /** Identity: the UUID recorded at create; the name for `.get` and for state written before it. */

@@ -404,14 +404,15 @@ export async function read(
     notFoundAsUndefined,
   );
   if (status === undefined) return { props: {} };
-  if (status.lock !== undefined && status.lock !== "")
-    return { id, props: { ...props, state: `locked (${status.lock})` }, inputs: inputsOf(props) };
+  // `.get` passes the user's arguments only: no output of ours has been recorded yet.
+  const adopting = props.createdAt === undefined;
+  // Ours in progress: report it as it was. Adopting one still needs its mark checked.
+  if (isLocked(status) && !adopting)
+    return { id, props: { ...props, state: stateOf(status) }, inputs: inputsOf(props) };
   const config = await step("read config", () => getConfig(client, ref, deadline)).catch(
     notFoundAsUndefined,
   );
   if (config === undefined) return { props: {} };
-  // `.get` passes the user's arguments only: no output of ours has been recorded yet.
-  const adopting = props.createdAt === undefined;
   const mark = ourVmAt(config, ref, props, adopting);
   if (mark === undefined) return { props: {} };
   const mac = macOf(config) ?? null;
@@ -458,8 +459,11 @@ function ourVmAt(
   return requireOurs(config, ref, vmName ?? config.name ?? "", owner, adopting);
 }
 
-/** F14 / rule 6: paused is reported as paused, never as stopped. */
+const isLocked = (status: VmStatus): boolean => status.lock !== undefined && status.lock !== "";
+
+/** F14 / rule 6: paused is reported as paused, never as stopped; rule 1: locked is in progress. */
 function stateOf(status: VmStatus): string {
+  if (isLocked(status)) return `locked (${status.lock})`;
   if (status.status === "running") return status.qmpstatus === "paused" ? "paused" : "running";
   return status.status;
 }

@@ -178,6 +178,20 @@ describe("ProxmoxProxy read: drift, identity by mark, adoption (simulator)", () 
       assert.deepEqual(await provider.read(id, getProps({ node: "pve" })), read);
     });
 
+    it("checks the mark of a locked VM too: ours adopts as locked, someone else's is refused", async () => {
+      const { id, outs } = await createdProxy();
+      env.sim.vms.get(outs.vmid)!.config.lock = "backup";
+      const read = await provider.read(id, getProps());
+      assert.equal(read.props.state, "locked (backup)");
+      assert.equal(read.props.vmName, outs.vmName);
+      env.sim.addForeignVm(20124, "hand-made-locked");
+      env.sim.vms.get(20124)!.config.lock = "backup";
+      await assert.rejects(
+        provider.read("nodes/pve/qemu/20124", getProps()),
+        (error: Error) => isPermanent(error) && /cannot adopt it/.test(error.message),
+      );
+    });
+
     it("refuses a VM without our mark, and one another stack owns", async () => {
       env.sim.addForeignVm(20123, "hand-made");
       await assert.rejects(
