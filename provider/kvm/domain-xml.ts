@@ -193,12 +193,22 @@ export interface DomainDescription {
   uuid: string | undefined;
   domainType: string | undefined;
   firmware: "uefi" | "bios";
+  /** vCPUs the domain boots with (`current`, else the maximum). */
+  vcpus: number | undefined;
+  /** `<memory>`, the size the domain is defined with, in MiB (fractions kept). */
+  memoryMiB: number | undefined;
+  cpuMode: CpuMode | undefined;
+  /** The first NIC's attachment; another kind than bridge or network is reported by its type. */
+  network: DomainNetwork | undefined;
   /** MAC of the first NIC: the address source matches guest interfaces against it. */
   mac: string | undefined;
   /** Volume-backed disks, for delete and the reaper. */
   volumes: Array<{ device: string; pool: string; volume: string }>;
   mark: MarkReading;
 }
+
+export type DomainNetwork =
+  { bridge: string } | { name: string } | { type: string; source?: string };
 
 type XmlNode = Record<string, unknown>;
 const asNode = (value: unknown): XmlNode =>
@@ -263,6 +273,10 @@ export function parseDomainXml(xml: string): DomainDescription {
       attribute(domain.os, "firmware") === "efi" || asNode(domain.os).loader !== undefined
         ? "uefi"
         : "bios",
+    vcpus: vcpuCount(domain.vcpu),
+    memoryMiB: memoryMiBOf(domain.memory),
+    cpuMode: cpuModeOf(domain.cpu),
+    network: networkOf(interfaces[0]),
     mac: attribute(asNode(interfaces[0]).mac, "address")?.toLowerCase(),
     volumes: disks.flatMap((disk) => {
       const pool = attribute(asNode(disk).source, "pool");
@@ -271,4 +285,54 @@ export function parseDomainXml(xml: string): DomainDescription {
     }),
     mark: readMarkFromElement(domain.metadata),
   };
+}
+
+function vcpuCount(node: unknown): number | undefined {
+  const count = Number(attribute(node, "current") ?? text(node));
+  return Number.isInteger(count) && count > 0 ? count : undefined;
+}
+
+/** libvirt's memory units (its own output uses KiB, the default). */
+const MEMORY_UNIT_BYTES: Record<string, number> = {
+  b: 1,
+  bytes: 1,
+  KB: 1e3,
+  k: 1024,
+  KiB: 1024,
+  MB: 1e6,
+  M: 1024 ** 2,
+  MiB: 1024 ** 2,
+  GB: 1e9,
+  G: 1024 ** 3,
+  GiB: 1024 ** 3,
+  TB: 1e12,
+  T: 1024 ** 4,
+  TiB: 1024 ** 4,
+};
+
+function memoryMiBOf(node: unknown): number | undefined {
+  const amount = Number(text(node));
+  const unitBytes = MEMORY_UNIT_BYTES[attribute(node, "unit") ?? "KiB"];
+  if (!Number.isFinite(amount) || amount <= 0 || unitBytes === undefined) return undefined;
+  return (amount * unitBytes) / 1024 ** 2;
+}
+
+function cpuModeOf(node: unknown): CpuMode | undefined {
+  const mode = attribute(node, "mode");
+  if (mode === "host-passthrough" || mode === "host-model" || mode === "maximum") return mode;
+  const model = text(asNode(node).model);
+  if ((mode === "custom" || mode === undefined) && model) return { model };
+  return undefined;
+}
+
+function networkOf(nic: unknown): DomainNetwork | undefined {
+  const type = attribute(nic, "type");
+  if (type === undefined) return undefined;
+  const source = asNode(nic).source;
+  const bridge = attribute(source, "bridge");
+  const network = attribute(source, "network");
+  if (type === "bridge" && bridge) return { bridge };
+  if (type === "network" && network) return { name: network };
+  const device = attribute(source, "dev") ?? bridge ?? network;
+  return device === undefined ? { type } : { type, source: device };
 }

@@ -29,6 +29,9 @@ import type { AddressSource, ReportedInterface } from "./addresses";
 import { classifyLibvirtError } from "./classify";
 import { parseMarkElementXml } from "./domain-xml";
 
+/** virDomainXMLFlags: the persistent configuration rather than the live one. */
+const DOMAIN_XML_INACTIVE = 2;
+
 /** Longest any single call may take inside an operation's deadline. */
 const PER_CALL_CAP_MS = 120_000;
 
@@ -201,6 +204,18 @@ export class LibvirtHost {
     );
   }
 
+  /** By libvirt UUID: a domain renamed by hand is still found. */
+  findDomainByUuid(uuid: string): Promise<DomainHandle | undefined> {
+    const bytes = Buffer.from(uuid.replace(/-/g, ""), "hex");
+    if (bytes.length !== 16)
+      throw new PermanentError(
+        `libvirtUuid ${JSON.stringify(uuid)} is not a UUID; this state was not written by KvmProxy`,
+      );
+    return this.orUndefined(() =>
+      this.rpc(Procedures.domainLookupByUuid, { uuid: bytes }, `domain ${uuid}`),
+    );
+  }
+
   defineDomain(name: string, xml: string): Promise<DomainHandle> {
     return this.rpc(Procedures.domainDefineXml, { xml }, `domain ${name}`);
   }
@@ -230,6 +245,18 @@ export class LibvirtHost {
 
   domainXml(dom: DomainHandle): Promise<string> {
     return this.rpc(Procedures.domainGetXmlDesc, { dom, flags: 0 }, `domain ${dom.name}`);
+  }
+
+  /**
+   * The persistent definition (VIR_DOMAIN_XML_INACTIVE): what the domain boots
+   * with, including changes made with `virsh ... --config` while it runs.
+   */
+  definedXml(dom: DomainHandle): Promise<string> {
+    return this.rpc(
+      Procedures.domainGetXmlDesc,
+      { dom, flags: DOMAIN_XML_INACTIVE },
+      `domain ${dom.name}`,
+    );
   }
 
   /** Our mark on the domain; a domain without the element is "unmarked", not an error. */

@@ -4,6 +4,7 @@
  * so `pulumi preview` works in CI without any route to a hypervisor.
  */
 import type * as pulumi from "@pulumi/pulumi";
+import type { z } from "zod";
 import { Deadline, sleepWithin } from "../common/deadline";
 import { checkWithAutonaming, plainJson as plain } from "../common/check";
 import { decideDiff } from "../common/diff";
@@ -26,7 +27,7 @@ import { buildNoCloudSeed } from "../nocloud";
 import { lookUpAddress } from "./addresses";
 import { openHost, rememberKvmProviderConfig, type HostSession } from "./connect";
 import { KVM_CHANGE_TABLE } from "./diff";
-import { buildDomainXml, parseDomainXml } from "./domain-xml";
+import { buildDomainXml, parseDomainXml, type DomainDescription } from "./domain-xml";
 import type { LibvirtHost, VmState } from "./host";
 import { ensureBaseImage, type BaseImage } from "./image-cache";
 import {
@@ -35,8 +36,15 @@ import {
   overlayVolumeName,
   parseKvmResourceId,
   seedVolumeName,
+  vmNameOfVolume,
 } from "./naming";
-import { effectiveCpuMode, validateKvmInputs, type KvmProxyInputs } from "./schema";
+import { observedInputs } from "./observed";
+import {
+  effectiveCpuMode,
+  kvmProxyInputsSchema,
+  validateKvmInputs,
+  type KvmProxyInputs,
+} from "./schema";
 import { overlayCapacity, overlayVolumeXml, rawVolumeXml } from "./volume-xml";
 
 type Props = Record<string, unknown>;
@@ -279,38 +287,91 @@ async function waitForProxyProbe(
 
 // ---- read / update / delete -----------------------------------------------------------------------
 
+/**
+ * Refresh and `.get`. The domain is found by its identity (the libvirt UUID in
+ * state, so a domain renamed by hand is still ours; the name only for `.get`
+ * and for state from before the UUID was recorded), must carry this stack's
+ * mark, and is reported as the host defines it: vCPUs, memory, disk size,
+ * network, firmware, MAC, name. Those come back as `inputs` too, so refresh
+ * shows the drift and the next `up` proposes what the change table says.
+ */
 export async function read(id: string, props: Props): Promise<pulumi.dynamic.ReadResult> {
-  const previous = props as unknown as KvmProxyOutputs;
-  const inputs = checkedInputs(props);
-  const { vmName } = parseKvmResourceId(id);
+  const target = hostTargetOf(props);
+  const { host: idHost, vmName } = parseKvmResourceId(id);
+  // `.get` passes the user's arguments only: no output of ours has been recorded yet.
+  const adopting = props.createdAt === undefined;
   const deadline = Deadline.afterSeconds(
-    Math.min(inputs.timeouts.readySeconds, 120),
+    Math.min(target.readySeconds, 120),
     "timeouts.readySeconds",
   );
-  const session = await openHost(inputs, deadline);
-  const handle = await session.host.findDomain(vmName);
+  const session = await openHost(target, deadline);
+  if (adopting && idHost !== session.label)
+    throw new PermanentError(
+      `id ${JSON.stringify(id)} names host ${idHost}, but the connection reaches ${session.label}; pass the connection of that host or use the id hosts/${session.label}/domains/${vmName}`,
+    );
+  const handle = await findDomainOf(session.host, props, vmName);
   if (handle === undefined) return {}; // gone: Pulumi drops it from state
-  const description = parseDomainXml(await session.host.domainXml(handle));
-  requireOurs(description.mark, inputs, `domain ${vmName} on ${session.label}`);
+  const description = parseDomainXml(await session.host.definedXml(handle));
+  const what = `domain ${description.name} on ${session.label}`;
+  const mark = requireOurs(description.mark, target, what, adopting);
+  const diskBytes = await diskCapacityOf(session.host, description);
   const { state } = await session.host.state(handle);
-  const mac = description.mac ?? macAddressFor(vmName);
-  // One address source failing must not blank an address we knew.
+  const mac = description.mac ?? macAddressFor(description.name);
+  const ip = await currentAddress(session.host, handle, state, mac, props.ip);
+  const outputs: Props = {
+    ...observedInputs(stripOutputs(props), { description, diskBytes }),
+    ...pickOutputs(props),
+    host: session.label,
+    state,
+    mac,
+    ip,
+    endpoint: ip ? `http://${ip}:${target.readiness.port}` : null,
+    createdAt: mark.createdAt,
+    libvirtUuid: uuidText(handle.uuid),
+  };
+  return {
+    id: kvmResourceId(session.label, description.name),
+    props: plain(outputs),
+    inputs: plain(stripOutputs(outputs)),
+  };
+}
+
+/** One address source failing must not blank an address we knew; a stopped VM has none. */
+async function currentAddress(
+  host: LibvirtHost,
+  handle: DomainHandle,
+  state: VmState,
+  mac: string,
+  known: unknown,
+): Promise<string | null> {
   const lookup =
     state === "running"
-      ? await lookUpAddress(mac, (source) => session.host.interfaces(handle, source))
+      ? await lookUpAddress(mac, (source) => host.interfaces(handle, source))
       : undefined;
-  const ip = lookup?.ip ?? (state === "stopped" ? null : (previous.ip ?? null));
-  return {
-    id,
-    props: plain({
-      ...previous,
-      state,
-      mac,
-      ip,
-      endpoint: ip ? endpointOf(ip, inputs) : null,
-      libvirtUuid: uuidText(handle.uuid),
-    }),
-  };
+  return lookup?.ip ?? (state === "stopped" || typeof known !== "string" ? null : known);
+}
+
+/** Identity: the UUID recorded at create; the name for `.get` and for state written before it. */
+function findDomainOf(
+  host: LibvirtHost,
+  props: Props,
+  vmName: string,
+): Promise<DomainHandle | undefined> {
+  return typeof props.libvirtUuid === "string" && props.libvirtUuid !== ""
+    ? host.findDomainByUuid(props.libvirtUuid)
+    : host.findDomain(vmName);
+}
+
+/** The capacity of the domain's disk volume (the overlay), or undefined when it cannot be found. */
+async function diskCapacityOf(
+  host: LibvirtHost,
+  description: DomainDescription,
+): Promise<bigint | undefined> {
+  const disk = description.volumes.find((volume) => volume.device === "disk");
+  if (disk === undefined) return undefined;
+  const pool = await host.findPool(disk.pool);
+  const volume = pool && (await host.findVolume(pool, disk.volume));
+  return volume ? (await host.volumeInfo(volume)).capacity : undefined;
 }
 
 /** In-place changes only (credentials, readiness, timeouts): no VM is touched. */
@@ -333,27 +394,37 @@ export async function update(_id: string, olds: Props, news: Props): Promise<{ o
   };
 }
 
+/**
+ * Deletes the domain found by its identity (a renamed one too) after checking
+ * the mark, then its per-VM volumes: the ones it references and the ones its
+ * name implies, so they go even when the domain was already gone (a create
+ * that died before define). The shared base image is never among them.
+ */
 export async function remove(id: string, props: Props): Promise<void> {
-  const inputs = checkedInputs(props);
+  const target = hostTargetOf(props);
   const { vmName } = parseKvmResourceId(id);
-  const deadline = Deadline.afterSeconds(inputs.timeouts.deleteSeconds, "timeouts.deleteSeconds");
-  const session = await openHost(inputs, deadline);
+  const deadline = Deadline.afterSeconds(target.deleteSeconds, "timeouts.deleteSeconds");
+  const session = await openHost(target, deadline);
   const { host } = session;
-  const handle = await host.findDomain(vmName);
+  const volumes = [
+    { pool: target.pool, volume: overlayVolumeName(vmName) },
+    { pool: target.pool, volume: seedVolumeName(vmName) },
+  ];
+  const handle = await findDomainOf(host, props, vmName);
   if (handle !== undefined) {
-    requireOurs(
-      parseDomainXml(await host.domainXml(handle)).mark,
-      inputs,
-      `domain ${vmName} on ${session.label}`,
-    );
+    const description = parseDomainXml(await host.definedXml(handle));
+    requireOurs(description.mark, target, `domain ${description.name} on ${session.label}`);
+    volumes.push(...description.volumes.filter((v) => vmNameOfVolume(v.volume) !== undefined));
     await host.destroyDomain(handle);
     await host.undefineDomain(handle);
   }
-  // The volumes go even when the domain was already gone (a create that died before define).
-  const pool = await host.findPool(inputs.pool);
-  if (pool === undefined) return; // no pool: nothing of ours can be left
-  await host.deleteVolumeNamed(pool, overlayVolumeName(vmName));
-  await host.deleteVolumeNamed(pool, seedVolumeName(vmName));
+  const done = new Set<string>();
+  for (const { pool: poolName, volume } of volumes) {
+    if (done.has(`${poolName}/${volume}`)) continue;
+    done.add(`${poolName}/${volume}`);
+    const pool = await host.findPool(poolName);
+    if (pool !== undefined) await host.deleteVolumeNamed(pool, volume); // no pool: nothing left there
+  }
 }
 
 // ---- helpers ------------------------------------------------------------------------------------------
@@ -374,6 +445,36 @@ function checkedInputs(raw: Props): KvmProxyInputs {
   return { ...result.inputs, vmName };
 }
 
+/**
+ * What read, delete and `.get` need from the props: where the host is, whose
+ * VMs we may touch, and the settings with their defaults. Lenient on purpose:
+ * refreshed state may hold what the host reported (a fractional size, a NIC
+ * kind KvmProxy does not create), and `.get` passes only what the user gave.
+ */
+function hostTargetOf(props: Props) {
+  const field = <K extends keyof typeof kvmProxyInputsSchema.shape>(key: K) => {
+    const parsed = kvmProxyInputsSchema.shape[key].safeParse(props[key]);
+    if (parsed.success) return parsed.data as z.output<(typeof kvmProxyInputsSchema.shape)[K]>;
+    const reasons = parsed.error.issues.map((issue) => issue.message).join("; ");
+    throw new PermanentError(`invalid KvmProxy ${String(key)}: ${reasons}`);
+  };
+  const owner = field("owner");
+  const timeouts = field("timeouts");
+  return {
+    connection: field("connection"),
+    socketPath: field("socketPath"),
+    pool: field("pool"),
+    owner,
+    readiness: field("readiness"),
+    readySeconds: timeouts.readySeconds,
+    deleteSeconds: timeouts.deleteSeconds,
+  };
+}
+
+function pickOutputs(props: Props): Props {
+  return Object.fromEntries(Object.entries(props).filter(([key]) => OUTPUT_KEYS.includes(key)));
+}
+
 const OUTPUT_KEYS = [
   "host",
   "ip",
@@ -392,18 +493,28 @@ function stripOutputs(raw: Props): Props {
   return inputs;
 }
 
-/** Read, delete and a resumed create act only on a domain that carries this stack's mark. */
-function requireOurs(reading: MarkReading, inputs: KvmProxyInputs, what: string): OwnershipMark {
+/**
+ * Read, delete, `.get` and a resumed create act only on a domain that carries
+ * this stack's mark. `adopting` (`.get`) words the fix for adoption.
+ */
+function requireOurs(
+  reading: MarkReading,
+  inputs: Pick<KvmProxyInputs, "owner">,
+  what: string,
+  adopting = false,
+): OwnershipMark {
   switch (ownershipOf(reading, inputs.owner)) {
     case "ours":
       return (reading as { mark: OwnershipMark }).mark;
     case "foreign":
       throw new PermanentError(
-        `${what} belongs to ${describeOwner((reading as { mark: OwnershipMark }).mark.owner)}, not to ${inputs.owner.project}/${inputs.owner.stack}; choose another vmName or remove it from that stack`,
+        `${what} belongs to ${describeOwner((reading as { mark: OwnershipMark }).mark.owner)}, not to ${inputs.owner.project}/${inputs.owner.stack}; ${adopting ? "only the stack that owns it can adopt it with KvmProxy.get" : "choose another vmName or remove it from that stack"}`,
       );
     case "unmarked":
       throw new PermanentError(
-        `${what} exists but was not made by egress-proxies (no ownership mark); choose another vmName`,
+        adopting
+          ? `${what} was not made by egress-proxies (no ownership mark), so KvmProxy.get cannot adopt it; create a KvmProxy instead`
+          : `${what} exists but was not made by egress-proxies (no ownership mark); choose another vmName`,
       );
     default:
       throw new PermanentError(

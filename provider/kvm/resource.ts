@@ -109,6 +109,24 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly createdAt: pulumi.Output<string>;
   declare readonly libvirtUuid: pulumi.Output<string>;
 
+  /**
+   * Adopts an existing proxy VM by id (`hosts/<host>/domains/<vmName>`, with
+   * `local` as the host for the local socket) into this stack as a read-only
+   * resource: read finds it on the host that `args.connection` reaches (or the
+   * provider config's), refuses a domain without this stack's ownership mark,
+   * and reports what the host says (state, address, vCPUs, memory, disk,
+   * network). Pulumi reads it again on every `up` and never changes or deletes
+   * it. Needs @pulumi/pulumi >= 3.268 in the stack (see docs/kvm.md).
+   */
+  static get(
+    name: string,
+    id: pulumi.Input<pulumi.ID>,
+    args: Partial<KvmProxyArgs> = {},
+    opts: pulumi.CustomResourceOptions = {},
+  ): KvmProxy {
+    return new KvmProxy(name, args as KvmProxyArgs, { ...opts, id });
+  }
+
   constructor(name: string, args: KvmProxyArgs, opts: pulumi.CustomResourceOptions = {}) {
     super(
       kvmProvider,

@@ -57,6 +57,7 @@ import {
   writeConfig,
 } from "./vm";
 import { vmidCandidates } from "./vmid";
+import { observedInputs } from "./observed";
 
 /**
  * ProxmoxProxy's check/diff/create/read/update/delete, each a short story over
@@ -258,6 +259,7 @@ function requireOurs(
   ref: VmRef,
   vmName: string,
   owner: Pick<OwnerIdentity, "project" | "stack">,
+  adopting = false,
 ): OwnershipMark {
   const reading = markOfConfig(config);
   const subject = `VM ${ref.vmid} (${JSON.stringify(config.name ?? "")}) on node ${ref.node}`;
@@ -268,12 +270,14 @@ function requireOurs(
     case "foreign":
       if (reading.kind === "marked")
         throw new PermanentError(
-          `${subject} belongs to ${describeOwner(reading.mark.owner)}, not to ${owner.project}/${owner.stack}; choose another vmName`,
+          `${subject} belongs to ${describeOwner(reading.mark.owner)}, not to ${owner.project}/${owner.stack}; ${adopting ? "only the stack that owns it can adopt it with ProxmoxProxy.get" : "choose another vmName"}`,
         );
       break;
     case "unmarked":
       throw new PermanentError(
-        `${subject} has the name ${vmName} but no egress-proxies mark in its description: it was not made by this package; choose another vmName or remove that VM`,
+        adopting
+          ? `${subject} has no egress-proxies mark in its description: it was not made by this package, so ProxmoxProxy.get cannot adopt it; create a ProxmoxProxy instead`
+          : `${subject} has the name ${vmName} but no egress-proxies mark in its description: it was not made by this package; choose another vmName or remove that VM`,
       );
     case "corrupt":
       throw new PermanentError(
@@ -383,9 +387,12 @@ async function becomeReady(
 // ---------------------------------------------------------------- read
 
 /**
- * Refresh and `.get`: the current state, address and mark. Never blocks on
- * the agent (one short attempt; a failure keeps the known address). A locked
- * VM is in progress, not gone (rule 1); a gone VM removes the resource.
+ * Refresh and `.get`: the current state, address and mark, and the VM's
+ * config (name, cores, memory, tags, net0, disk) as props and as `inputs`, so
+ * refresh shows drift and the next `up` proposes what the change table says.
+ * Never blocks on the agent (one short attempt; a failure keeps the known
+ * address). A locked VM is in progress, not gone (rule 1); a gone VM removes
+ * the resource. Identity is the VMID and our mark, not the name.
  */
 export async function read(
   id: string,
@@ -399,23 +406,22 @@ export async function read(
     notFoundAsUndefined,
   );
   if (status === undefined) return { props: {} };
-  if (status.lock !== undefined && status.lock !== "")
-    return { id, props: { ...props, state: `locked (${status.lock})` }, inputs: inputsOf(props) };
+  // `.get` passes the user's arguments only: no output of ours has been recorded yet.
+  const adopting = props.createdAt === undefined;
+  // Ours in progress: report it as it was. Adopting one still needs its mark checked.
+  if (isLocked(status) && !adopting)
+    return { id, props: { ...props, state: stateOf(status) }, inputs: inputsOf(props) };
   const config = await step("read config", () => getConfig(client, ref, deadline)).catch(
     notFoundAsUndefined,
   );
   if (config === undefined) return { props: {} };
-  const expectedName = typeof props.vmName === "string" ? props.vmName : config.name;
-  // Our VM was deleted and the VMID reused by someone else's: ours is gone.
-  if (config.name !== expectedName) return { props: {} };
-  const owner = (props.owner as OwnerIdentity | undefined) ?? ownerFromMark(config, ref);
-  const mark = requireOurs(config, ref, expectedName ?? "", owner);
+  const mark = ourVmAt(config, ref, props, adopting);
+  if (mark === undefined) return { props: {} };
   const mac = macOf(config) ?? null;
   const ip = await freshAddress(client, ref, status, mac, props.ip);
   const port = (props.readiness as { port?: number } | undefined)?.port ?? 3128;
   const outputs: Props = {
-    ...props,
-    vmName: config.name,
+    ...observedInputs(props, config, adopting),
     node: ref.node,
     host: ref.node,
     vmid: ref.vmid,
@@ -428,8 +434,38 @@ export async function read(
   return { id, props: plain(outputs), inputs: inputsOf(outputs) };
 }
 
-/** F14 / rule 6: paused is reported as paused, never as stopped. */
+/**
+ * Whether the VM at our VMID is the one this resource stands for. Identity is
+ * the VMID plus our mark (a VM of ours renamed by hand is still ours), and the
+ * mark's creation time when one was recorded: another VM of this stack at the
+ * VMID means ours was deleted and the VMID reused (undefined: gone). A VM
+ * without our mark is refused when it has our name (or is being adopted), and
+ * by another name it is someone else's VM on a reused VMID: ours is gone.
+ */
+function ourVmAt(
+  config: Record<string, string | undefined>,
+  ref: VmRef,
+  props: Props,
+  adopting: boolean,
+): OwnershipMark | undefined {
+  const reading = markOfConfig(config);
+  const owner = (props.owner as OwnerIdentity | undefined) ?? ownerFromMark(config, ref);
+  if (reading.kind === "marked" && ownershipOf(reading, owner) === "ours") {
+    const recorded = props.createdAt;
+    return typeof recorded === "string" && recorded !== reading.mark.createdAt
+      ? undefined
+      : reading.mark;
+  }
+  const vmName = typeof props.vmName === "string" ? props.vmName : undefined;
+  if (!adopting && vmName !== undefined && config.name !== vmName) return undefined;
+  return requireOurs(config, ref, vmName ?? config.name ?? "", owner, adopting);
+}
+
+const isLocked = (status: VmStatus): boolean => status.lock !== undefined && status.lock !== "";
+
+/** F14 / rule 6: paused is reported as paused, never as stopped; rule 1: locked is in progress. */
 function stateOf(status: VmStatus): string {
+  if (isLocked(status)) return `locked (${status.lock})`;
   if (status.status === "running") return status.qmpstatus === "paused" ? "paused" : "running";
   return status.status;
 }
@@ -540,10 +576,8 @@ async function removeVm(
   }
   const config = await getConfig(client, ref, deadline).catch(notFoundAsUndefined);
   if (config === undefined) return;
-  // The VMID now holds a VM by another name: ours is already gone; never touch theirs.
-  if (config.name !== vmName) return;
-  const owner = (props.owner as OwnerIdentity | undefined) ?? ownerFromMark(config, ref);
-  requireOurs(config, ref, vmName, owner);
+  // Ours is already gone when the VMID holds another VM; never touch theirs.
+  if (ourVmAt(config, ref, { ...props, vmName }, false) === undefined) return;
   if (status.status === "running") {
     progress(vmName, `stopping VMID ${ref.vmid}`);
     await stopVm(client, ref, deadline);

@@ -86,9 +86,12 @@ export class ProxmoxProxy extends pulumi.dynamic.Resource {
   declare readonly createdAt: pulumi.Output<string>;
 
   /**
-   * Adopts an existing proxy by id (`nodes/<node>/qemu/<vmid>`); read checks
-   * that it carries this stack's ownership mark. Credentials come from config
-   * or the environment (see docs/proxmox.md).
+   * Adopts an existing proxy VM by id (`nodes/<node>/qemu/<vmid>`) into this
+   * stack as a read-only resource: read refuses a VM without this stack's
+   * ownership mark and reports what Proxmox says (name, state, address, cores,
+   * memory, net0, disk, tags). Pulumi reads it again on every `up` and never
+   * changes or deletes it. Credentials come from `args`, config or the
+   * environment (see docs/proxmox.md). Needs @pulumi/pulumi >= 3.268 in the stack.
    */
   static get(
     name: string,

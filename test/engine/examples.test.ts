@@ -70,8 +70,9 @@ describe("examples compile against the packed package", function () {
   });
   after(() => project?.remove());
 
-  it("lists the five examples the issue asks for", () => {
+  it("lists the five examples the issue asks for, and adoption's", () => {
     assert.deepEqual(examples.sort(), [
+      "adopt",
       "consumer-stack",
       "kvm-two-hosts",
       "mixed-kubernetes",

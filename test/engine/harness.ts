@@ -129,6 +129,8 @@ export interface CapturedResource {
   inputs: Record<string, unknown>;
   /** Top-level inputs that were registered as secrets. */
   secretInputs: string[];
+  /** The id a `.get` asked for (a ReadResource); undefined for a registration. */
+  id?: string;
   urn: string;
 }
 
@@ -153,13 +155,13 @@ function unwrapSecrets(value: unknown, onSecret: () => void): unknown {
 
 const CAPTURE_PROGRAM = `
 const fs = require("node:fs");
-const [outFile, moduleName, exportName, resourceName, argsJson, project, stack] = process.argv.slice(2);
+const [outFile, moduleName, exportName, resourceName, argsJson, project, stack, getId] = process.argv.slice(2);
 const pulumi = require("@pulumi/pulumi");
 (async () => {
   await pulumi.runtime.setMocks(
     {
       newResource(args) {
-        fs.writeFileSync(outFile, JSON.stringify({ type: args.type, name: args.name, inputs: args.inputs }));
+        fs.writeFileSync(outFile, JSON.stringify({ type: args.type, name: args.name, inputs: args.inputs, id: args.id }));
         return { id: args.name + "-id", state: args.inputs };
       },
       call(args) {
@@ -171,7 +173,8 @@ const pulumi = require("@pulumi/pulumi");
     false,
   );
   const exported = require(moduleName)[exportName];
-  new exported(resourceName, JSON.parse(argsJson));
+  if (getId) exported.get(resourceName, getId, JSON.parse(argsJson));
+  else new exported(resourceName, JSON.parse(argsJson));
 })().catch((error) => {
   console.error(error && error.stack ? error.stack : String(error));
   process.exitCode = 1;
@@ -196,6 +199,8 @@ export function captureResourceInputs(
     project: "egress-consumer",
     stack: "engine-test",
   },
+  /** Capture `<exportName>.get(resourceName, getId, args)` (a ReadResource) instead. */
+  getId?: string,
 ): CapturedResource {
   const programFile = join(project.dir, "capture-program.js");
   const outFile = join(project.dir, `captured-${resourceName}.json`);
@@ -213,6 +218,7 @@ export function captureResourceInputs(
         JSON.stringify(args),
         identity.project,
         identity.stack,
+        ...(getId === undefined ? [] : [getId]),
       ],
       {
         cwd: project.dir,
@@ -227,7 +233,7 @@ export function captureResourceInputs(
   }
   const captured = JSON.parse(readFileSync(outFile, "utf8")) as Pick<
     CapturedResource,
-    "type" | "name" | "inputs"
+    "type" | "name" | "inputs" | "id"
   >;
   const secretInputs: string[] = [];
   const inputs: Record<string, unknown> = {};

@@ -165,6 +165,44 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     const read = await server.read(urn, created.id, outputs, inputs);
     assert.equal(read.id, created.id);
     assert.equal(read.properties.state, "running");
+    // Refresh hands back inputs read from the host; an untouched VM proposes nothing next time.
+    assert.equal(read.inputs.vcpus, 1);
+    assert.equal(read.inputs.memoryMiB, 256);
+    assert.equal(read.inputs.__provider, inputs.__provider);
+    const afterRefresh = await server.check(urn, read.inputs, captured.inputs);
+    assert.equal(
+      (await server.diff(urn, read.id, read.properties, afterRefresh.inputs)).changes,
+      "none",
+    );
+
+    // KvmProxy.get in a program of this stack adopts it (a ReadResource, read-only to Pulumi),
+    // with only the inputs on the request as newer engines send a Get; another stack is refused.
+    const got = captureResourceInputs(
+      project,
+      "KvmProxy",
+      "edge-adopted",
+      { connection },
+      undefined,
+      created.id,
+    );
+    const adopted = await server.read(got.urn, created.id, {}, got.inputs);
+    assert.equal(adopted.id, created.id);
+    assert.equal(adopted.properties.vmName, inputs.vmName);
+    assert.equal(adopted.properties.libvirtUuid, outputs.libvirtUuid);
+    assert.equal(adopted.properties.memoryMiB, 256);
+    assert.equal(adopted.properties.state, "running");
+    const theirs = captureResourceInputs(
+      project,
+      "KvmProxy",
+      "edge-theirs",
+      { connection },
+      { project: "egress-consumer", stack: "another-stack" },
+      created.id,
+    );
+    await assert.rejects(
+      server.read(theirs.urn, created.id, {}, theirs.inputs),
+      /belongs to egress-consumer\/engine-test .*only the stack that owns it can adopt it/,
+    );
 
     // Timeouts change: update in place, VM untouched; vcpus change: replace with a new name.
     const retimed = await server.check(urn, inputs, {

@@ -203,6 +203,63 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     assert.equal(gone.id, "");
   });
 
+  it("adopts this stack's VM with ProxmoxProxy.get (a ReadResource) and refuses another stack's", async () => {
+    const server = await startServer();
+    await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
+    const made = captureResourceInputs(project, "ProxmoxProxy", "edge-made", programArgs());
+    const checked = await server.check(made.urn, {}, made.inputs);
+    const created = await server.create(made.urn, checked.inputs);
+    try {
+      // ProxmoxProxy.get("edge-adopted", id, { apiEndpoint, caCertPem, node }) in the user's program.
+      const getArgs = { apiEndpoint: sim.endpoint, caCertPem: sim.caCertPem, node: "pve" };
+      const got = captureResourceInputs(
+        project,
+        "ProxmoxProxy",
+        "edge-adopted",
+        getArgs,
+        undefined,
+        created.id,
+      );
+      assert.equal(got.id, created.id, "the SDK registers a read of that id");
+      assert.equal(typeof got.inputs.__provider, "string");
+      // Engines send a Get's inputs as the state too, or the inputs alone (the SDK's
+      // server finds __provider in the inputs from 3.268): both must adopt.
+      const reads = [];
+      for (const properties of [got.inputs, {}]) {
+        const read = await server.read(got.urn, created.id, properties, got.inputs);
+        assert.equal(read.id, created.id);
+        assert.equal(read.properties.vmName, checked.inputs.vmName);
+        assert.equal(read.properties.vmid, created.properties.vmid);
+        assert.equal(read.properties.cores, 1);
+        assert.equal(read.properties.memoryMiB, 1024);
+        assert.deepEqual(read.properties.tags, ["edge"]);
+        assert.equal(read.properties.mac, created.properties.mac);
+        assert.equal(read.properties.ip, created.properties.ip);
+        assert.equal(read.properties.createdAt, created.properties.createdAt);
+        assert.equal(read.properties.__provider, got.inputs.__provider);
+        reads.push(read.properties);
+      }
+      // The engine reads a .get resource on every up; an unchanged VM reads the same.
+      assert.deepEqual(reads[0], reads[1]);
+
+      const foreign = captureResourceInputs(
+        project,
+        "ProxmoxProxy",
+        "edge-theirs",
+        getArgs,
+        { project: "egress-consumer", stack: "another-stack" },
+        created.id,
+      );
+      await assert.rejects(
+        server.read(foreign.urn, created.id, {}, foreign.inputs),
+        /belongs to egress-consumer\/engine-test .*only the stack that owns it can adopt it/,
+      );
+    } finally {
+      await server.delete(made.urn, created.id, created.properties);
+    }
+    assert.equal(sim.vms.has(Number(created.properties.vmid)), false);
+  });
+
   it("returns a partially created resource (ErrorResourceInitFailed) when the agent never answers", async () => {
     const server = await startServer();
     await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
