@@ -224,6 +224,21 @@ describe("reaper against the Proxmox simulator", function () {
     assert.match(result.stderr, /pve-unreachable not listed completely/);
   });
 
+  it("a rejected token names its id and the file it was read from, never the secret", async () => {
+    const { sim } = env;
+    const cfg = config(sim, [{ checkpointFile: stateFile([]) }]);
+    const tokenFile = join(workDir, "token");
+    writeFileSync(tokenFile, "automation@pve!egress=stale-secret-0000\n");
+    const result = await sweep(cfg);
+    assert.equal(result.status, EXIT.incomplete);
+    const problem = result.report.backends[0]!.problem ?? "";
+    assert.ok(
+      problem.includes(`API token automation@pve!egress (from apiTokenFile ${tokenFile})`),
+      problem,
+    );
+    assert.ok(!`${problem}${result.stderr}`.includes("stale-secret-0000"));
+  });
+
   it("deletes nothing at all when a state does not parse", async () => {
     const { sim } = env;
     const orphan = await createVm(sim, "reap-orphan");
