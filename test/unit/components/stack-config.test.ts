@@ -8,7 +8,8 @@ import {
   type RawStackConfig,
 } from "../../../components/stack-config";
 import { POOL_DECIDED_KVM_INPUTS, POOL_DECIDED_PROXMOX_INPUTS } from "../../../components/pool";
-import { closestName } from "../../../components/config-keys";
+import { z } from "zod";
+import { closestName, knownKeysAt } from "../../../components/config-keys";
 import { kvmProxyInputsSchema } from "../../../provider/kvm/schema";
 import { proxmoxProxyInputsSchema } from "../../../provider/proxmox/schema";
 
@@ -313,6 +314,28 @@ describe("root program: stack config", () => {
     });
     assert.deepEqual(problems, [
       "egress-proxies:pool.kvmImage.sha256 must be 64 hex characters (the output of sha256sum)",
+    ]);
+  });
+
+  it("finds the keys a schema knows at a path, through optional, default, pipe, union and array", () => {
+    const schema = z.strictObject({
+      network: z
+        .union([z.strictObject({ bridge: z.string() }), z.strictObject({ name: z.string() })])
+        .default({ name: "default" }),
+      disks: z.array(z.strictObject({ size: z.number(), bus: z.string() })).optional(),
+      image: z.string().pipe(z.string()).optional(),
+      nested: z.strictObject({ inner: z.strictObject({ leaf: z.number() }) }).optional(),
+    });
+    assert.deepEqual(knownKeysAt(schema, []), ["network", "disks", "image", "nested"]);
+    assert.deepEqual(knownKeysAt(schema, ["network"]), ["bridge", "name"]);
+    assert.deepEqual(knownKeysAt(schema, ["disks", 3]), ["size", "bus"]);
+    assert.deepEqual(knownKeysAt(schema, ["nested", "inner"]), ["leaf"]);
+    assert.deepEqual(knownKeysAt(schema, ["image"]), []);
+    assert.deepEqual(knownKeysAt(schema, ["missing", "x"]), []);
+    assert.deepEqual(knownKeysAt(kvmProxyInputsSchema, ["connection"]).slice(0, 3), [
+      "host",
+      "port",
+      "user",
     ]);
   });
 
