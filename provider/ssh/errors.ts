@@ -42,7 +42,7 @@ export class SshHostKeyError extends Error {
           ? `presented a ${keyType} host key (${fingerprint}) that matches none of its known_hosts entries; ` +
             "if the host was reinstalled, replace its known_hosts line"
           : problem === "type-not-offered"
-            ? `no longer offers a host key of the type known_hosts pins for it (${pinnedKeyTypes.join(", ")}); ` +
+            ? `offers no host key of a type known_hosts pins for it (${pinnedKeyTypes.join(", ")}); ` +
               "if its host keys were replaced, confirm the new key with the host's owner and replace " +
               `its known_hosts line (${keyscan} shows what it offers now)`
             : `has no known_hosts entry (it presented ${keyType} ${fingerprint}); ` +

@@ -54,7 +54,9 @@ describe("ssh: a host that no longer offers the pinned host-key type", function 
     assert.deepEqual(error.pinnedKeyTypes, ["ssh-ed25519"]);
     assert.match(
       error.message,
-      new RegExp(`^ssh host \\[127\\.0\\.0\\.1\\]:${port} no longer offers`),
+      new RegExp(
+        `^ssh host \\[127\\.0\\.0\\.1\\]:${port} offers no host key of a type known_hosts pins`,
+      ),
     );
     assert.ok(error.message.includes(`ssh-keyscan -p ${port} 127.0.0.1`), error.message);
     assert.equal(classifyLibvirtError(error).errorClass, "Permanent");

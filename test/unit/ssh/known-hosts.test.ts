@@ -125,7 +125,7 @@ describe("known_hosts", () => {
     ]);
     assert.equal(
       error.message,
-      "ssh host [kvm1.lan]:2222 no longer offers a host key of the type known_hosts pins for it " +
+      "ssh host [kvm1.lan]:2222 offers no host key of a type known_hosts pins for it " +
         "(ssh-ed25519, ssh-rsa); if its host keys were replaced, confirm the new key with the host's " +
         "owner and replace its known_hosts line (ssh-keyscan -p 2222 kvm1.lan shows what it offers now)",
     );
