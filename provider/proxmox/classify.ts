@@ -72,8 +72,8 @@ function rejectedTokenHint({ token }: ApiFailure): string {
     return "the API token was rejected; check apiToken (user@realm!tokenid=secret) or PROXMOX_VE_API_TOKEN";
   return (
     `Proxmox rejected API token ${token.id} (from ${token.source}): that token id does not exist there, ` +
-    `has expired, or its secret is not this one; compare it with Datacenter → Permissions → API Tokens ` +
-    `and set ${token.source} to user@realm!tokenid=secret`
+    `has expired, or its secret is not this one; compare the id with Datacenter → Permissions → API Tokens ` +
+    `and give ${token.source} the token as user@realm!tokenid=secret`
   );
 }
 

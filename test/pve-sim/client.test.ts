@@ -72,7 +72,10 @@ describe("pve-sim + client: transport, auth and errors", () => {
           error.message.includes(`API token ${tokenId} (from PROXMOX_VE_API_TOKEN)`),
           `${what}: ${error.message}`,
         );
-        assert.match(error.message, /set PROXMOX_VE_API_TOKEN to user@realm!tokenid=secret/);
+        assert.match(
+          error.message,
+          /give PROXMOX_VE_API_TOKEN the token as user@realm!tokenid=secret/,
+        );
         assert.ok(!error.message.includes(secret), what);
         assert.ok(!JSON.stringify(error, Object.getOwnPropertyNames(error)).includes(secret));
         return true;

@@ -153,8 +153,8 @@ describe("proxmox classify: the one table", () => {
       error.message,
       "GET /nodes: 401 Authentication failed!: Proxmox rejected API token automation@pve!egress " +
         "(from config egress-proxies:proxmoxApiToken): that token id does not exist there, has expired, " +
-        "or its secret is not this one; compare it with Datacenter → Permissions → API Tokens and set " +
-        "config egress-proxies:proxmoxApiToken to user@realm!tokenid=secret",
+        "or its secret is not this one; compare the id with Datacenter → Permissions → API Tokens and give " +
+        "config egress-proxies:proxmoxApiToken the token as user@realm!tokenid=secret",
     );
   });
 
