@@ -13,12 +13,17 @@ import type * as EgressProxies from "./components";
 const egressProxies = require("egress-proxies") as typeof EgressProxies;
 
 const config = new pulumi.Config(egressProxies.CONFIG_NAMESPACE);
-const parsed = egressProxies.poolArgsFromStackConfig({
-  pool: config.getObject<unknown>("pool"),
-  basicAuthPassword: config.getSecret("basicAuthPassword"),
-  kvmPrivateKey: config.getSecret("kvmPrivateKey"),
-  extraCloudInit: config.get("extraCloudInit"),
-});
+// The whole config is checked here, before anything is declared. The secret keys are read as text
+// to be checked too (length, format; never printed) and wrapped with pulumi.secret before use.
+const parsed = egressProxies.poolArgsFromStackConfig(
+  {
+    pool: config.getObject<unknown>("pool"),
+    basicAuthPassword: config.get("basicAuthPassword"),
+    kvmPrivateKey: config.get("kvmPrivateKey"),
+    extraCloudInit: config.get("extraCloudInit"),
+  },
+  pulumi.secret,
+);
 if (!parsed.ok)
   throw new pulumi.RunError(`stack config is not valid:\n  - ${parsed.problems.join("\n  - ")}`);
 

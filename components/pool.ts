@@ -33,8 +33,15 @@ export const DEFAULT_KVM_IMAGE = {
 };
 
 /** Inputs that the pool decides for every proxy, so a backend cannot set them. */
-type PoolDecidedKvmInputs = "vmName" | "userData" | "userDataBase64" | "readiness";
-type PoolDecidedProxmoxInputs = "vmName" | "userData" | "readiness";
+export const POOL_DECIDED_KVM_INPUTS = [
+  "vmName",
+  "userData",
+  "userDataBase64",
+  "readiness",
+] as const;
+export const POOL_DECIDED_PROXMOX_INPUTS = ["vmName", "userData", "readiness"] as const;
+type PoolDecidedKvmInputs = (typeof POOL_DECIDED_KVM_INPUTS)[number];
+type PoolDecidedProxmoxInputs = (typeof POOL_DECIDED_PROXMOX_INPUTS)[number];
 
 export type KvmBackendSettings = Omit<KvmProxyArgs, PoolDecidedKvmInputs | "image"> & {
   /** Default: the pool's `kvmImage`, else Debian 12 genericcloud. */

@@ -1,13 +1,27 @@
 /**
  * The root program's stack config (`egress-proxies:*` keys in
  * Pulumi.<stack>.yaml) turned into pool arguments. Pure: tests call it with
- * plain objects, and every message names the config key and the fix.
- * Backend details beyond the shape checked here (image URLs, storage names,
- * ...) are validated by KvmProxy's and ProxmoxProxy's own check, which name
- * the field too.
+ * plain objects. The config is checked whole before anything is declared,
+ * with KvmProxy's and ProxmoxProxy's own schemas for each backend's settings,
+ * and every message names the config key the user wrote and the fix.
  */
+import type * as pulumi from "@pulumi/pulumi";
 import { z } from "zod";
-import type { EgressProxyPoolArgs, PoolBackend } from "./pool";
+import { connectionSchema, kvmProxyInputsSchema } from "../provider/kvm/schema";
+import { proxmoxProxyInputsSchema } from "../provider/proxmox/schema";
+import { closestName, knownKeysAt } from "./config-keys";
+import { placementProblems } from "./placement";
+import {
+  POOL_DECIDED_KVM_INPUTS,
+  POOL_DECIDED_PROXMOX_INPUTS,
+  type EgressProxyPoolArgs,
+  type PoolBackend,
+} from "./pool";
+import {
+  DEFAULT_ALLOWED_CLIENT_CIDRS,
+  DEFAULT_SQUID_PORT,
+  squidSettingsProblems,
+} from "./squid-cloud-init";
 
 export const CONFIG_NAMESPACE = "egress-proxies";
 
@@ -33,64 +47,134 @@ const backendBase = {
   count: count("count").optional(),
 };
 
-const kvmBackend = z.strictObject({
-  ...backendBase,
-  kvm: z.looseObject(
-    {
-      connection: z
-        .looseObject(
-          {
-            host: z.string({
-              error: 'kvm.connection.host must be the hypervisor\'s host name, e.g. "kvm1.lan"',
-            }),
-          },
-          { error: "kvm.connection must be an object like { host: kvm1.lan, user: root }" },
-        )
-        .optional(),
-    },
-    { error: "kvm must be an object (use {} for the local libvirt socket)" },
-  ),
-});
+/** What to do about an input the pool decides for every proxy, set on a backend. */
+const POOL_DECIDED_ADVICE: Record<string, string> = {
+  vmName: `remove it (VM names are made from ${CONFIG_NAMESPACE}:poolName and the backend's name)`,
+  userData: `remove it and put your cloud-init in ${CONFIG_NAMESPACE}:extraCloudInit`,
+  userDataBase64: `remove it and put your cloud-init in ${CONFIG_NAMESPACE}:extraCloudInit`,
+  readiness: `remove it and set ${CONFIG_NAMESPACE}:pool.readiness for the whole pool`,
+};
 
-const proxmoxBackend = z.strictObject({
-  ...backendBase,
-  proxmox: z.looseObject(
-    {
-      node: z.string({ error: 'proxmox.node must be the node name, e.g. "pve1"' }),
-      templateVmid: z.int({ error: "proxmox.templateVmid must be the template's VMID, e.g. 9000" }),
-      diskStorage: z.string({
-        error: 'proxmox.diskStorage must be a storage id, e.g. "local-lvm"',
-      }),
-      seedStorage: z.string({
-        error: 'proxmox.seedStorage must be a directory storage id, e.g. "local"',
-      }),
-    },
-    { error: "proxmox must be an object with node, templateVmid, diskStorage and seedStorage" },
-  ),
-});
+/** Set by the resource itself, never by its user. */
+const RESOURCE_SET_INPUTS = ["owner", "vmNameChosenBy"];
+
+/** A resource's input schema minus what the pool or the resource decides: what a backend may set. */
+function backendSettings(
+  inputs: z.ZodObject,
+  decided: readonly string[],
+  error: string,
+): z.ZodObject {
+  const excluded = new Set([...decided, ...RESOURCE_SET_INPUTS]);
+  const shape = Object.fromEntries(
+    Object.entries(inputs.shape).filter(([key]) => !excluded.has(key)),
+  ) as z.ZodRawShape;
+  return z.strictObject(shape, { error });
+}
+
+/** The image is optional on a backend: the pool's kvmImage, else Debian 12, is the default. */
+const kvmSettings = backendSettings(
+  kvmProxyInputsSchema,
+  POOL_DECIDED_KVM_INPUTS,
+  "kvm must be an object (use {} for the local libvirt socket)",
+).extend({ image: kvmProxyInputsSchema.shape.image.optional() });
+
+const proxmoxSettings = backendSettings(
+  proxmoxProxyInputsSchema,
+  POOL_DECIDED_PROXMOX_INPUTS,
+  "proxmox must be an object with node, templateVmid, diskStorage and seedStorage",
+);
+
+const BACKEND_KINDS = {
+  kvm: {
+    schema: z.strictObject({ ...backendBase, kvm: kvmSettings }),
+    decided: POOL_DECIDED_KVM_INPUTS as readonly string[],
+  },
+  proxmox: {
+    schema: z.strictObject({ ...backendBase, proxmox: proxmoxSettings }),
+    decided: POOL_DECIDED_PROXMOX_INPUTS as readonly string[],
+  },
+};
+
+/**
+ * A problem whose message continues the config key ("<key> is not a known
+ * setting; ..."), as opposed to one printed as "<key>: <message>".
+ */
+const CONTINUES_KEY = { continuesKey: true };
+
+/**
+ * zod's issues for one schema, unknown keys spelled out one by one with the
+ * closest known key (or, for an input the pool decides, where it is set).
+ */
+function describeIssues(
+  issues: readonly z.core.$ZodIssue[],
+  schema: z.ZodType,
+  decidedAt?: { path: readonly PropertyKey[]; keys: readonly string[] },
+): z.core.$ZodRawIssue[] {
+  return issues.flatMap((issue): z.core.$ZodRawIssue[] => {
+    if (issue.code !== "unrecognized_keys")
+      return [
+        {
+          code: "custom",
+          message: issue.message,
+          path: [...issue.path],
+          input: undefined,
+          ...(issue.code === "custom" && issue.params !== undefined
+            ? { params: issue.params }
+            : {}),
+        },
+      ];
+    const known = knownKeysAt(schema, issue.path);
+    const decided =
+      decidedAt !== undefined && samePath(issue.path, decidedAt.path) ? decidedAt.keys : [];
+    return issue.keys.map((key) => ({
+      code: "custom",
+      path: [...issue.path, key],
+      input: undefined,
+      params: CONTINUES_KEY,
+      message: decided.includes(key)
+        ? `is set by the pool for every proxy; ${POOL_DECIDED_ADVICE[key] ?? "remove it"}`
+        : unknownKeyAdvice(key, known),
+    }));
+  });
+}
+
+function unknownKeyAdvice(key: string, known: readonly string[]): string {
+  const guess = closestName(key, known);
+  if (guess !== undefined) return `is not a known setting; did you mean ${guess}?`;
+  return known.length === 0
+    ? "is not a known setting; remove it"
+    : `is not a known setting; remove it (the settings here are ${known.join(", ")})`;
+}
+
+const samePath = (a: readonly PropertyKey[], b: readonly PropertyKey[]) =>
+  a.length === b.length && a.every((part, index) => part === b[index]);
 
 /**
  * Picks the backend's schema by its key, so a mistake inside `proxmox` is
  * reported at its own path instead of as "matches neither kind".
  */
 const backendSchema = z.unknown().pipe(
-  z
-    .custom<z.output<typeof kvmBackend> | z.output<typeof proxmoxBackend>>()
-    .superRefine((value, context) => {
-      const isObject = typeof value === "object" && value !== null;
-      const kinds = isObject ? ["kvm", "proxmox"].filter((kind) => kind in value) : [];
-      if (kinds.length !== 1) {
-        context.addIssue({
-          code: "custom",
-          message: `each backend must be { name, kvm: {...} } or { name, proxmox: {...} } (found ${kinds.length === 0 ? "neither" : "both"})`,
-        });
-        return;
-      }
-      const result = (kinds[0] === "kvm" ? kvmBackend : proxmoxBackend).safeParse(value);
-      if (!result.success)
-        for (const issue of result.error.issues)
-          context.addIssue({ code: "custom", message: issue.message, path: issue.path });
-    }),
+  z.custom<PoolBackend>().superRefine((value, context) => {
+    const isObject = typeof value === "object" && value !== null;
+    const kinds = isObject
+      ? (["kvm", "proxmox"] as const).filter((kind) => kind in (value as object))
+      : [];
+    if (kinds.length !== 1) {
+      context.addIssue({
+        code: "custom",
+        message: `each backend must be { name, kvm: {...} } or { name, proxmox: {...} } (found ${kinds.length === 0 ? "neither" : "both"})`,
+      });
+      return;
+    }
+    const kind = BACKEND_KINDS[kinds[0]!];
+    const result = kind.schema.safeParse(value);
+    if (!result.success)
+      for (const issue of describeIssues(result.error.issues, kind.schema, {
+        path: [kinds[0]!],
+        keys: kind.decided,
+      }))
+        context.addIssue(issue);
+  }),
 );
 
 export const poolConfigSchema = z.strictObject({
@@ -105,15 +189,8 @@ export const poolConfigSchema = z.strictObject({
       diskGiB: z.int({ error: "machine.diskGiB must be a whole number" }).min(1).optional(),
     })
     .optional(),
-  kvmImage: z
-    .strictObject({
-      url: z.string({ error: "kvmImage.url must be the https URL of a cloud image" }),
-      sha256: z.string().optional(),
-      format: z
-        .enum(["qcow2", "raw"], { error: 'kvmImage.format must be "qcow2" or "raw"' })
-        .optional(),
-    })
-    .optional(),
+  /** KvmProxy's own image schema; its messages say `image.`, reported under this key. */
+  kvmImage: kvmProxyInputsSchema.shape.image.optional(),
   squid: z
     .strictObject({
       port: z
@@ -145,17 +222,21 @@ export const poolConfigSchema = z.strictObject({
 
 export type PoolConfig = z.output<typeof poolConfigSchema>;
 
-/** Config values as `pulumi.Config` hands them over; secrets stay wrapped by the caller. */
-export interface RawStackConfig<Secret> {
+/**
+ * Config values as `pulumi.Config` reads them. The secret ones arrive as text
+ * so they can be checked here (never quoted back); `poolArgsFromStackConfig`
+ * wraps them with its `secret` function before they go anywhere.
+ */
+export interface RawStackConfig {
   /** `egress-proxies:pool`, an object (YAML in Pulumi.<stack>.yaml). */
   pool?: unknown;
   /** `egress-proxies:basicAuthPassword` (secret). */
-  basicAuthPassword?: Secret;
+  basicAuthPassword?: string;
   /**
    * `egress-proxies:kvmPrivateKey` (secret): used for every KVM backend without its own key. The same
    * key is KvmProxy's provider-config fallback, so one setting serves the program and the provider.
    */
-  kvmPrivateKey?: Secret;
+  kvmPrivateKey?: string;
   /** `egress-proxies:extraCloudInit`: more cloud-init, its own MIME part. */
   extraCloudInit?: string;
 }
@@ -163,42 +244,179 @@ export interface RawStackConfig<Secret> {
 export type StackConfigResult =
   { ok: true; args: EgressProxyPoolArgs; config: PoolConfig } | { ok: false; problems: string[] };
 
-const keyOf = (path: PropertyKey[]) =>
-  `${CONFIG_NAMESPACE}:pool` +
-  path.map((part) => (typeof part === "number" ? `[${part}]` : `.${String(part)}`)).join("");
+/** How the secret values are wrapped (the root program passes `pulumi.secret`). */
+export type SecretWrapper = (text: string) => pulumi.Input<string>;
+
+const POOL_KEY = `${CONFIG_NAMESPACE}:pool`;
+const PASSWORD_KEY = `${CONFIG_NAMESPACE}:basicAuthPassword`;
+const PRIVATE_KEY_KEY = `${CONFIG_NAMESPACE}:kvmPrivateKey`;
+
+const fieldPath = (path: readonly PropertyKey[]) =>
+  path
+    .map((part, index) =>
+      typeof part === "number" ? `[${part}]` : `${index === 0 ? "" : "."}${String(part)}`,
+    )
+    .join("");
+
+const keyOf = (path: readonly PropertyKey[]) =>
+  path.length === 0 ? POOL_KEY : `${POOL_KEY}.${fieldPath(path)}`;
+
+/**
+ * One line per problem, led by the config key. A message that starts with the
+ * field it is about ("connection.port must be ...", written for the resource's
+ * own inputs) continues the full key instead of repeating the field.
+ */
+function problemLine(issue: z.core.$ZodIssue): string {
+  const key = keyOf(issue.path);
+  if (issue.code === "custom" && issue.params?.continuesKey === true)
+    return `${key} ${issue.message}`;
+  const message =
+    issue.path[0] === "kvmImage" ? issue.message.replace(/\bimage\./g, "kvmImage.") : issue.message;
+  for (let start = 0; start < issue.path.length; start++) {
+    const field = fieldPath(issue.path.slice(start));
+    if (message.startsWith(`${field} `)) return `${key}${message.slice(field.length)}`;
+  }
+  return `${key}: ${message}`;
+}
 
 /** Validates the config and builds the pool's arguments, or lists every problem. */
-export function poolArgsFromStackConfig<Secret>(raw: RawStackConfig<Secret>): StackConfigResult {
-  const parsed = poolConfigSchema.safeParse(raw.pool ?? DEFAULT_POOL_CONFIG);
-  if (!parsed.success)
-    return {
-      ok: false,
-      problems: parsed.error.issues.map((issue) => `${keyOf(issue.path)}: ${issue.message}`),
-    };
-  const config = parsed.data;
-  const problems: string[] = [];
-  if (config.squid?.basicAuthUser !== undefined && raw.basicAuthPassword === undefined)
-    problems.push(
-      `${CONFIG_NAMESPACE}:pool.squid.basicAuthUser is set but there is no password: run \`pulumi config set --secret ${CONFIG_NAMESPACE}:basicAuthPassword <password>\``,
+export function poolArgsFromStackConfig(
+  raw: RawStackConfig,
+  secret: SecretWrapper = (text) => text,
+): StackConfigResult {
+  const pool = raw.pool ?? DEFAULT_POOL_CONFIG;
+  const parsed = poolConfigSchema.safeParse(pool);
+  const issues = parsed.success ? [] : parsed.error.issues;
+  const problems = describeIssues(issues, poolConfigSchema).map((issue) =>
+    problemLine(issue as z.core.$ZodIssue),
+  );
+  const reportedKeys = problems.map((problem) => /^\S+/.exec(problem)![0]);
+  // Checks beyond the shape (unique names, counts that add up, CIDRs, the password), each once per key.
+  for (const problem of [...poolProblems(pool), ...secretProblems(raw, pool)]) {
+    const key = /^\S+/.exec(problem)![0];
+    const covered = reportedKeys.some(
+      (reported) =>
+        key === reported || key.startsWith(`${reported}.`) || key.startsWith(`${reported}[`),
     );
-  if (problems.length > 0) return { ok: false, problems };
+    if (!covered) problems.push(problem);
+  }
+  if (!parsed.success || problems.length > 0) return { ok: false, problems };
+  return { ok: true, args: poolArgs(pool as PoolConfigInput, raw, secret), config: parsed.data };
+}
 
-  const backends = config.backends.map((backend): PoolBackend => {
-    if ("proxmox" in backend) return backend as unknown as PoolBackend;
+type PoolConfigInput = z.input<typeof poolConfigSchema>;
+
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
+
+/**
+ * The pool's own rules (placement.ts, squid-cloud-init.ts), run on whatever of
+ * the config has the right types; problems their messages name by field
+ * (`backends[1].name`, `squid.port`) get the config key in front.
+ */
+function poolProblems(pool: unknown): string[] {
+  if (!isRecord(pool)) return [];
+  const problems: string[] = [];
+  if (Array.isArray(pool.backends)) {
+    const backends = pool.backends.map((backend: unknown) => {
+      const fields = isRecord(backend) ? backend : {};
+      return {
+        name: typeof fields.name === "string" ? fields.name : "",
+        weight: typeof fields.weight === "number" ? fields.weight : undefined,
+        count: typeof fields.count === "number" ? fields.count : undefined,
+      };
+    });
+    const total = typeof pool.count === "number" ? pool.count : undefined;
+    problems.push(...placementProblems(backends, total).map((text) => `${POOL_KEY}.${text}`));
+  }
+  const squid = isRecord(pool.squid) ? pool.squid : {};
+  const cidrs = squid.allowedClientCidrs;
+  const lines = squid.extraConfigLines;
+  problems.push(
+    ...squidSettingsProblems(
+      {
+        port: typeof squid.port === "number" ? squid.port : DEFAULT_SQUID_PORT,
+        allowedClientCidrs:
+          Array.isArray(cidrs) && cidrs.every((cidr) => typeof cidr === "string")
+            ? cidrs
+            : DEFAULT_ALLOWED_CLIENT_CIDRS,
+        extraConfigLines:
+          Array.isArray(lines) && lines.every((line) => typeof line === "string") ? lines : [],
+      },
+      `${POOL_KEY}.squid`,
+    ),
+  );
+  return problems;
+}
+
+/** The secret keys, checked without ever being quoted. */
+function secretProblems(raw: RawStackConfig, pool: unknown): string[] {
+  const problems: string[] = [];
+  const squid = isRecord(pool) && isRecord(pool.squid) ? pool.squid : {};
+  const user = squid.basicAuthUser;
+  if (user !== undefined && raw.basicAuthPassword === undefined)
+    problems.push(
+      `${POOL_KEY}.squid.basicAuthUser is set but there is no password: run \`pulumi config set --secret ${PASSWORD_KEY} <password>\``,
+    );
+  if (user === undefined && raw.basicAuthPassword !== undefined)
+    problems.push(
+      `${PASSWORD_KEY} is set but ${POOL_KEY}.squid.basicAuthUser is not, so the proxies would ask for no password: ` +
+        `set the user, or remove the password with \`pulumi config rm ${PASSWORD_KEY}\``,
+    );
+  if (raw.basicAuthPassword !== undefined) {
+    const settings = {
+      port: DEFAULT_SQUID_PORT,
+      allowedClientCidrs: DEFAULT_ALLOWED_CLIENT_CIDRS,
+      extraConfigLines: [],
+      basicAuth: {
+        user: typeof user === "string" ? user : "user",
+        password: raw.basicAuthPassword,
+      },
+    };
+    // The pool's rules for basicAuth, said about the keys the user set.
+    for (const problem of squidSettingsProblems(settings, "squid"))
+      if (problem.startsWith("squid.basicAuth.password "))
+        problems.push(
+          `${PASSWORD_KEY}${problem.slice("squid.basicAuth.password".length)}; set it again with \`pulumi config set --secret ${PASSWORD_KEY} <password>\``,
+        );
+      else if (problem.startsWith("squid.basicAuth.user "))
+        problems.push(
+          `${POOL_KEY}.squid.basicAuthUser${problem.slice("squid.basicAuth.user".length)}`,
+        );
+  }
+  if (
+    raw.kvmPrivateKey !== undefined &&
+    !connectionSchema.shape.privateKey.safeParse(raw.kvmPrivateKey).success
+  )
+    problems.push(
+      `${PRIVATE_KEY_KEY} must be the private key's text (-----BEGIN ... PRIVATE KEY-----), not a path; ` +
+        `set it from the file: \`pulumi config set --secret ${PRIVATE_KEY_KEY} < ~/.ssh/id_ed25519\``,
+    );
+  return problems;
+}
+
+function poolArgs(
+  config: PoolConfigInput,
+  raw: RawStackConfig,
+  secret: SecretWrapper,
+): EgressProxyPoolArgs {
+  // The backends' settings go to the resources as the user wrote them (defaults are the resources' job).
+  const privateKey = raw.kvmPrivateKey === undefined ? undefined : secret(raw.kvmPrivateKey);
+  const backends = (config.backends as unknown as PoolBackend[]).map((backend): PoolBackend => {
+    if (!("kvm" in backend)) return backend;
     const connection = backend.kvm.connection as Record<string, unknown> | undefined;
     const kvm =
-      connection !== undefined &&
-      connection.privateKey === undefined &&
-      raw.kvmPrivateKey !== undefined
-        ? { ...backend.kvm, connection: { ...connection, privateKey: raw.kvmPrivateKey } }
+      connection !== undefined && connection.privateKey === undefined && privateKey !== undefined
+        ? { ...backend.kvm, connection: { ...connection, privateKey } }
         : backend.kvm;
-    return { ...backend, kvm } as unknown as PoolBackend;
+    return { ...backend, kvm } as PoolBackend;
   });
-  const args: EgressProxyPoolArgs = {
+  const basicAuthUser = config.squid?.basicAuthUser;
+  return {
     backends,
     count: config.count,
     machine: config.machine,
-    kvmImage: config.kvmImage,
+    kvmImage: config.kvmImage as EgressProxyPoolArgs["kvmImage"],
     squid:
       config.squid === undefined
         ? undefined
@@ -207,14 +425,13 @@ export function poolArgsFromStackConfig<Secret>(raw: RawStackConfig<Secret>): St
             allowedClientCidrs: config.squid.allowedClientCidrs,
             extraConfigLines: config.squid.extraConfigLines,
             basicAuth:
-              config.squid.basicAuthUser === undefined
+              basicAuthUser === undefined || raw.basicAuthPassword === undefined
                 ? undefined
-                : { user: config.squid.basicAuthUser, password: raw.basicAuthPassword as never },
+                : { user: basicAuthUser, password: secret(raw.basicAuthPassword) },
           },
     extraCloudInit: raw.extraCloudInit,
     tags: config.tags,
     readiness: config.readiness === undefined ? undefined : { mode: config.readiness },
     kubernetes: config.kubernetes,
   };
-  return { ok: true, args, config };
 }

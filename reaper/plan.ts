@@ -4,7 +4,13 @@
  * The listers only report what they saw; the deleters only act on entries
  * this function marked "reap".
  */
-import { markAgeMs, type OwnerIdentity, type OwnershipMark } from "../provider/common/mark";
+import {
+  ageSinceMs,
+  MARK_TIME_EXAMPLE,
+  parseMarkTime,
+  type OwnerIdentity,
+  type OwnershipMark,
+} from "../provider/common/mark";
 
 export type ItemKind = "domain" | "volume" | "seed" | "base-image" | "proxmox-vm";
 
@@ -135,7 +141,8 @@ function decide(
   }
   const owner = ownership.kind === "marked" ? ownership.mark.owner : ownership.owner;
   const ownerStack = stackKey(owner);
-  const ageMs = ageOf(ownership, options.now);
+  const createdAt = ownership.kind === "marked" ? ownership.mark.createdAt : ownership.createdAt;
+  const ageMs = ageSinceMs(createdAt, options.now);
   const withOwner = { ownerStack, ...(ageMs === undefined ? {} : { ageMs }) };
   if (options.project !== undefined && owner.project !== options.project)
     return keep(`another owner (project ${owner.project}, not ${options.project})`, withOwner);
@@ -143,8 +150,7 @@ function decide(
   if (state === undefined)
     return keep(`unknown owner: no state given for ${ownerStack}`, withOwner);
   if (isReferenced(item, state)) return keep(`in the state of ${ownerStack}`, withOwner);
-  if (ageMs === undefined)
-    return keep("creation time unreadable or in the future: never old enough", withOwner);
+  if (ageMs === undefined) return keep(`${unusableTime(createdAt)}: never old enough`, withOwner);
   if (ageMs < options.minAgeMs)
     return keep(`younger than --min-age (${formatAge(ageMs)})`, withOwner);
   if (!listing.complete)
@@ -164,7 +170,7 @@ function decideBaseImage(
   listing: BackendListing,
   options: PlanOptions,
 ): PlanEntry {
-  const ageMs = parseAge(ownership.createdAt, options.now);
+  const ageMs = ageSinceMs(ownership.createdAt, options.now);
   const extra = ageMs === undefined ? {} : { ageMs };
   const keep = (why: string): PlanEntry => ({ item, action: "keep", why, ...extra });
   if (ownership.usedBy.length > 0) return keep(`backs ${ownership.usedBy.join(", ")}`);
@@ -172,7 +178,7 @@ function decideBaseImage(
   // A base serves every project on the host: a sweep limited to one project does not decide for the rest.
   if (options.project !== undefined)
     return keep("unused base image, but --project limits this sweep and bases are shared");
-  if (ageMs === undefined) return keep("creation time unreadable or in the future");
+  if (ageMs === undefined) return keep(unusableTime(ownership.createdAt));
   if (ageMs < options.minAgeMs) return keep(`younger than --min-age (${formatAge(ageMs)})`);
   if (!listing.complete) return keep(`unused, but ${listing.backend} was not listed completely`);
   return { item, action: "reap", why: "no overlay backs onto it", ...extra };
@@ -185,20 +191,12 @@ function isReferenced(item: ListedItem, state: StackState): boolean {
   return state.vmNames.has(vmName);
 }
 
-function ageOf(
-  ownership: Extract<ItemOwnership, { kind: "marked" | "attributed" }>,
-  now: Date,
-): number | undefined {
-  if (ownership.kind === "marked") return markAgeMs(ownership.mark, now);
-  return parseAge(ownership.createdAt, now);
-}
-
-function parseAge(createdAt: string | undefined, now: Date): number | undefined {
-  if (createdAt === undefined) return undefined;
-  const created = Date.parse(createdAt);
-  if (Number.isNaN(created)) return undefined;
-  const age = now.getTime() - created;
-  return age < 0 ? undefined : age;
+/** Why a creation time gives no age, for the report. */
+function unusableTime(createdAt: string | undefined): string {
+  if (createdAt === undefined) return "creation time unknown";
+  if (parseMarkTime(createdAt) === undefined)
+    return `creation time ${JSON.stringify(createdAt)} unreadable (the mark writes ${MARK_TIME_EXAMPLE})`;
+  return `creation time ${createdAt} is in the future`;
 }
 
 export function formatAge(ms: number): string {

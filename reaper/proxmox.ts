@@ -36,6 +36,10 @@ export function connectionInputsOf(
   return {
     apiEndpoint: config.apiEndpoint,
     apiToken: token,
+    apiTokenSource:
+      config.apiTokenFile !== undefined
+        ? `apiTokenFile ${config.apiTokenFile}`
+        : config.apiTokenEnv,
     insecure: config.insecure,
     ...(config.caCertFile !== undefined
       ? { caCertPem: readFileSync(config.caCertFile, "utf8") }

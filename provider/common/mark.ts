@@ -19,7 +19,7 @@ export interface OwnerIdentity {
 export interface OwnershipMark {
   managed: true;
   owner: OwnerIdentity;
-  /** ISO 8601, UTC, millisecond precision. */
+  /** ISO 8601, UTC, millisecond precision, as `Date#toISOString` writes it (MARK_TIME_EXAMPLE). */
   createdAt: string;
   packageVersion: string;
 }
@@ -124,13 +124,37 @@ export function describeOwner(owner: OwnerIdentity): string {
   return `${owner.project}/${owner.stack} (resource ${owner.resource})`;
 }
 
+/** Frozen: the one form a creation time is written in, and the only one read back. */
+export const MARK_TIME_EXAMPLE = "2026-01-31T12:00:00.000Z";
+const MARK_TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
 /**
- * Age in milliseconds, or undefined when the creation time is unreadable or in
- * the future: such an item is never "old enough" to reap.
+ * A creation time in the documented form, in epoch ms; undefined for anything
+ * else. Strict on purpose: `Date.parse` reads "1" as the year 2001 and
+ * "2026-02-30" as March 2nd, and an age made up that way could get a VM reaped.
  */
-export function markAgeMs(mark: OwnershipMark, now: Date = new Date()): number | undefined {
-  const created = Date.parse(mark.createdAt);
-  if (Number.isNaN(created)) return undefined;
+export function parseMarkTime(text: string | undefined): number | undefined {
+  if (text === undefined || !MARK_TIME.test(text)) return undefined;
+  const time = Date.parse(text);
+  // The round trip refuses dates the calendar does not have (February 30th, hour 24).
+  return !Number.isNaN(time) && new Date(time).toISOString() === text ? time : undefined;
+}
+
+/**
+ * Age in milliseconds of a creation time, or undefined when it is not in the
+ * documented form or lies in the future: such an item is never "old enough"
+ * to reap.
+ */
+export function ageSinceMs(
+  createdAt: string | undefined,
+  now: Date = new Date(),
+): number | undefined {
+  const created = parseMarkTime(createdAt);
+  if (created === undefined) return undefined;
   const age = now.getTime() - created;
   return age < 0 ? undefined : age;
+}
+
+export function markAgeMs(mark: OwnershipMark, now: Date = new Date()): number | undefined {
+  return ageSinceMs(mark.createdAt, now);
 }

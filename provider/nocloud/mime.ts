@@ -4,6 +4,7 @@
  * user-data is never wrapped, parsed or rewritten.
  */
 import { createHash } from "node:crypto";
+import { gunzipSync } from "node:zlib";
 
 /** cloud-init's own prefix table (cloudinit.handlers.INCLUSION_TYPES_MAP); longest match wins. */
 const PREFIX_TYPES: ReadonlyArray<[string, string]> = [
@@ -51,8 +52,10 @@ const isPlainAscii = (payload: Buffer): boolean =>
 export function buildMultipart(parts: readonly MimePart[]): Buffer {
   const digest = createHash("sha256");
   for (const part of parts) digest.update(part.payload);
+  const bodies = parts.map(encodePart);
   let boundary = `===egress-proxies-${digest.digest("hex").slice(0, 24)}==`;
-  while (parts.some((part) => part.payload.includes(boundary))) boundary = `=${boundary}=`;
+  // Checked against what is written (a gzip part goes in decompressed).
+  while (bodies.some((body) => body.includes(boundary))) boundary = `=${boundary}=`;
 
   const chunks: Buffer[] = [
     Buffer.from(
@@ -60,9 +63,9 @@ export function buildMultipart(parts: readonly MimePart[]): Buffer {
       "ascii",
     ),
   ];
-  for (const part of parts) {
+  for (const body of bodies) {
     chunks.push(Buffer.from(`--${boundary}\n`, "ascii"));
-    chunks.push(encodePart(part));
+    chunks.push(body);
     // The newline before a delimiter belongs to the delimiter, so the payload's own bytes stay intact.
     chunks.push(Buffer.from("\n", "ascii"));
   }
@@ -70,16 +73,37 @@ export function buildMultipart(parts: readonly MimePart[]): Buffer {
   return Buffer.concat(chunks);
 }
 
+/**
+ * A gzip part goes in decompressed. cloud-init does decompress a gzip part,
+ * but it puts the text into a new part without a charset, from which its
+ * handlers get every non-ASCII character back mangled: `\u6771` for 東, a
+ * lone 0xFC byte for ü (cloudinit/user_data.py, `_process_msg`, the
+ * `was_compressed` branch; Python's email package encodes such a payload as
+ * raw-unicode-escape). Decompressed here and carried as base64, the same text
+ * reaches the handlers intact. A gzip vendor-data document on its own (no
+ * agent script) takes another path in cloud-init and is stored as given. A
+ * corrupt stream is kept as given, so cloud-init reports it as it would.
+ */
+function decompressedGzip(payload: Buffer): Buffer {
+  if (payload.length < 2 || payload[0] !== 0x1f || payload[1] !== 0x8b) return payload;
+  try {
+    return gunzipSync(payload);
+  } catch {
+    return payload;
+  }
+}
+
 function encodePart(part: MimePart): Buffer {
-  const sniffed = sniffPayload(part.payload);
+  const payload = decompressedGzip(part.payload);
+  const sniffed = sniffPayload(payload);
   // A MIME message is already a valid body part: its own headers become the part's headers.
-  if (sniffed.kind === "mime") return part.payload;
+  if (sniffed.kind === "mime") return payload;
   const disposition = `Content-Disposition: attachment; filename="${part.filename.replace(/["\\\r\n]/g, "_")}"`;
-  if (isPlainAscii(part.payload)) {
+  if (isPlainAscii(payload)) {
     const header = `Content-Type: ${sniffed.contentType}; charset="us-ascii"\nContent-Transfer-Encoding: 7bit\n${disposition}\n\n`;
-    return Buffer.concat([Buffer.from(header, "ascii"), part.payload]);
+    return Buffer.concat([Buffer.from(header, "ascii"), payload]);
   }
   const header = `Content-Type: ${sniffed.contentType}\nContent-Transfer-Encoding: base64\n${disposition}\n\n`;
-  const base64 = part.payload.toString("base64").replace(/.{76}/g, "$&\n");
+  const base64 = payload.toString("base64").replace(/.{76}/g, "$&\n");
   return Buffer.from(header + base64, "ascii");
 }

@@ -17,6 +17,8 @@ export interface ApiFailure {
   message: string;
   /** Per-parameter messages of a 400 (F1). */
   parameterErrors: Record<string, string>;
+  /** The token that was sent: its id (`user@realm!tokenid`, never the secret) and where it was set. */
+  token?: { id: string; source: string };
 }
 
 const TRANSIENT_TEXT = [
@@ -37,10 +39,7 @@ export function classifyApiFailure(failure: ApiFailure): EgressProxyError {
   const context = { operation: `${failure.method} ${failure.path}` };
   if (MISSING_CONFIG.test(failure.message)) return new NotFoundError(text, context);
   if (failure.status === 401)
-    return new PermanentError(
-      `${text}: the API token was rejected; check apiToken (PVEAPIToken=user@realm!tokenid=secret) or PROXMOX_VE_API_TOKEN`,
-      context,
-    );
+    return new PermanentError(`${text}: ${rejectedTokenHint(failure)}`, context);
   if (failure.status === 403) {
     const missing = /Permission check failed \(([^,]+), ([^)]+)\)/.exec(failure.message);
     const hint =
@@ -61,6 +60,21 @@ export function classifyApiFailure(failure: ApiFailure): EgressProxyError {
   if (failure.status >= 501 || failure.status === 429) return new TransientError(text, context);
   if (failure.status === 408) return new TransientError(text, context);
   return new PermanentError(text, context);
+}
+
+/**
+ * F22: PVE answers the same 401 for an unknown token id, a wrong secret and an
+ * expired token, so the message names the token id that was sent (the id is
+ * no secret: it appears in every task's UPID) and where it was set.
+ */
+function rejectedTokenHint({ token }: ApiFailure): string {
+  if (token === undefined)
+    return "the API token was rejected; check apiToken (user@realm!tokenid=secret) or PROXMOX_VE_API_TOKEN";
+  return (
+    `Proxmox rejected API token ${token.id} (from ${token.source}): that token id does not exist there, ` +
+    `has expired, or its secret is not this one; compare the id with Datacenter → Permissions → API Tokens ` +
+    `and give ${token.source} the token as user@realm!tokenid=secret`
+  );
 }
 
 export function describeApiFailure(failure: ApiFailure): string {

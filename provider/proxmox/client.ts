@@ -10,6 +10,8 @@ export interface ProxmoxConnection {
   endpoint: string;
   /** `user@realm!tokenid=secret`; the `PVEAPIToken=` prefix is optional. */
   apiToken: SecretValue<string>;
+  /** Where the token was set, for messages (e.g. "apiToken", "PROXMOX_VE_API_TOKEN"). Default "apiToken". */
+  apiTokenSource?: string;
   /** PEM of the CA that signed the host's certificate (PVE's own CA by default). */
   caCertPem?: string;
   /** Skip TLS verification. Explicit opt-out, never a fallback. */
@@ -45,13 +47,18 @@ export class ProxmoxClient {
   requestCount = 0;
   private readonly pool: Agent;
   private readonly authorization: SecretValue<string>;
+  /** The token's id and where it was set: a 401 names them (never the secret). */
+  private readonly token: { id: string; source: string };
 
   constructor(
     connection: ProxmoxConnection,
     private readonly defaultTimeoutMs: number = DEFAULT_REQUEST_TIMEOUT_MS,
   ) {
     this.endpoint = normalizeEndpoint(connection.endpoint);
-    this.authorization = new SecretValue(tokenHeader(connection.apiToken.reveal()));
+    const source = connection.apiTokenSource ?? "apiToken";
+    const token = parseApiToken(connection.apiToken.reveal(), source);
+    this.authorization = new SecretValue(token.header);
+    this.token = { id: token.id, source };
     this.pool = poolFor(this.endpoint, connection.caCertPem, connection.insecure === true);
   }
 
@@ -152,6 +159,7 @@ export class ProxmoxClient {
       status,
       message: errorMessage(parsed, status, reasonPhrase),
       parameterErrors: parameterErrors(parsed),
+      token: this.token,
     });
   }
 }
@@ -209,13 +217,15 @@ export function normalizeEndpoint(endpoint: string): string {
   return url.origin;
 }
 
-function tokenHeader(token: string): string {
+/** Token text → the Authorization header, and the token id (everything before the secret). */
+function parseApiToken(token: string, source: string): { header: string; id: string } {
   const value = token.trim().replace(/^PVEAPIToken=/i, "");
-  if (!/^[^@\s]+@[^!\s]+![^=\s]+=\S+$/.test(value))
+  const match = /^([^@\s]+@[^!\s]+![^=\s]+)=\S+$/.exec(value);
+  if (match === null)
     throw new PermanentError(
-      "apiToken must look like user@realm!tokenid=secret (the token id and its secret from Datacenter → Permissions → API Tokens)",
+      `${source} must look like user@realm!tokenid=secret (the token id and its secret from Datacenter → Permissions → API Tokens)`,
     );
-  return `PVEAPIToken=${value}`;
+  return { header: `PVEAPIToken=${value}`, id: match[1]! };
 }
 
 function withQuery(path: string, query: Record<string, QueryValue>): string {

@@ -47,6 +47,8 @@ export function rememberProviderConfig(config: ConfigSource | undefined): void {
 export interface ConnectionInputs {
   apiEndpoint?: string;
   apiToken?: string;
+  /** Where `apiToken` was set, for messages; default "apiToken" (the resource input). */
+  apiTokenSource?: string;
   caCertPem?: string;
   insecure?: boolean;
 }
@@ -61,7 +63,12 @@ export function resolveConnection(
     throw new PermanentError(
       `no Proxmox API endpoint: set apiEndpoint, config ${CONFIG_KEYS.endpoint}, or ${ENV_KEYS.endpoint} (e.g. https://pve.example:8006)`,
     );
-  const token = inputs.apiToken ?? providerConfig[CONFIG_KEYS.apiToken] ?? env[ENV_KEYS.apiToken];
+  const [token, apiTokenSource] =
+    inputs.apiToken !== undefined
+      ? [inputs.apiToken, inputs.apiTokenSource ?? "apiToken"]
+      : providerConfig[CONFIG_KEYS.apiToken] !== undefined
+        ? [providerConfig[CONFIG_KEYS.apiToken], `config ${CONFIG_KEYS.apiToken}`]
+        : [env[ENV_KEYS.apiToken], ENV_KEYS.apiToken];
   if (token === undefined || token === "")
     throw new PermanentError(
       `no Proxmox API token: set apiToken (as a secret), config ${CONFIG_KEYS.apiToken} --secret, or ${ENV_KEYS.apiToken}`,
@@ -74,6 +81,7 @@ export function resolveConnection(
   return {
     endpoint,
     apiToken: new SecretValue(token),
+    apiTokenSource,
     ...(caCertPem === undefined ? {} : { caCertPem }),
     insecure,
   };

@@ -125,6 +125,19 @@ const ALGORITHMS_FOR_KEY_TYPE: Record<string, string[]> = {
   "ssh-rsa": ["rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"],
 };
 
+/** The key types of the plain (not @revoked, not @cert-authority) entries for this host, in file order. */
+export function pinnedKeyTypes(
+  entries: readonly KnownHostEntry[],
+  host: string,
+  port: number,
+): string[] {
+  const name = knownHostsName(host, port);
+  const types = entries
+    .filter((entry) => entry.marker === undefined && entryMatchesHost(entry, name))
+    .map((entry) => entry.keyType);
+  return [...new Set(types)];
+}
+
 /**
  * The host-key algorithms to offer: those of the keys known_hosts pins for
  * this host, so a server whose first choice is another type still presents
@@ -136,13 +149,19 @@ export function pinnedHostKeyAlgorithms(
   host: string,
   port: number,
 ): string[] | undefined {
-  const name = knownHostsName(host, port);
-  const algorithms = new Set<string>();
-  for (const entry of entries) {
-    if (entry.marker !== undefined || !entryMatchesHost(entry, name)) continue;
-    for (const algorithm of ALGORITHMS_FOR_KEY_TYPE[entry.keyType] ?? []) algorithms.add(algorithm);
-  }
-  return algorithms.size > 0 ? [...algorithms] : undefined;
+  const algorithms = pinnedKeyTypes(entries, host, port).flatMap(
+    (keyType) => ALGORITHMS_FOR_KEY_TYPE[keyType] ?? [],
+  );
+  return algorithms.length > 0 ? algorithms : undefined;
+}
+
+/**
+ * Whether a failed handshake means "the host offers none of the pinned key
+ * types": ssh2 then ends the key exchange with this message (its kex.js)
+ * before any key is presented, so the host verifier never runs.
+ */
+export function isNoCommonHostKeyType(error: Error): boolean {
+  return /no matching host key format/i.test(error.message);
 }
 
 /** Hashes a host name the way `ssh-keygen -H` does (for tests and for writing entries). */

@@ -20,10 +20,12 @@ import {
   type ConnectionOptions,
 } from "../libvirt-rpc-xdr";
 import { resolveAuthMethods, type SshCredentials } from "./auth";
-import { SshAuthError, SshConfigError, SshConnectError, type SshHostKeyError } from "./errors";
+import { SshAuthError, SshConfigError, SshConnectError, SshHostKeyError } from "./errors";
 import {
+  isNoCommonHostKeyType,
   parseKnownHosts,
   pinnedHostKeyAlgorithms,
+  pinnedKeyTypes,
   verifyHostKey,
   type KnownHostEntry,
 } from "./known-hosts";
@@ -85,6 +87,8 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
   const handshakeTimeoutMs = options.handshakeTimeoutMs ?? 20_000;
   const where = `${target.username}@${target.host}:${port}`;
   let hostKeyError: SshHostKeyError | undefined;
+  /** The key types known_hosts pins for this host; empty when unverified or nothing is pinned. */
+  let pinned: string[] = [];
   const config: ConnectConfig = {
     host: target.host,
     port,
@@ -100,6 +104,7 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
     const entries = loadKnownHosts(target);
     const algorithms = pinnedHostKeyAlgorithms(entries, target.host, port);
     if (algorithms) config.algorithms = { serverHostKey: algorithms as never };
+    pinned = pinnedKeyTypes(entries, target.host, port);
     config.hostVerifier = (key: Buffer): boolean => {
       const verdict = verifyHostKey(entries, target.host, port, key);
       if (!verdict.ok) hostKeyError = verdict.error;
@@ -151,7 +156,9 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
     });
     client.on("error", (error: Error & { level?: string }) => {
       if (hostKeyError) finish(hostKeyError);
-      else if (error.level === "client-authentication") {
+      else if (pinned.length > 0 && isNoCommonHostKeyType(error)) {
+        finish(new SshHostKeyError("type-not-offered", target.host, port, "", "", pinned));
+      } else if (error.level === "client-authentication") {
         finish(
           new SshAuthError(
             `ssh to ${where}: the host accepted none of the offered credentials; ` +

@@ -186,6 +186,62 @@ describe("NoCloud seed read by cloud-init's own code", function () {
       assert.equal(gzParts[1].payload.toString(), gunzipSync(gz).toString());
     });
 
+    describe("non-ASCII text reaches the handlers intact beside the agent script", () => {
+      const text =
+        '#cloud-config\nwrite_files:\n- path: /etc/motd\n  content: "Grüße aus 東京 ✓"\n';
+      const script = "#!/bin/sh\necho 'Grüße aus 東京 ✓'\n";
+      const cases: Array<[string, Buffer, string]> = [
+        ["plain cloud-config", Buffer.from(text), "text/cloud-config"],
+        ["gzip cloud-config", gzipSync(Buffer.from(text)), "text/cloud-config"],
+        ["gzip shell script", gzipSync(Buffer.from(script)), "text/x-shellscript"],
+      ];
+      for (const [name, vendorData, type] of cases)
+        it(name, () => {
+          const parts = partsOf(
+            readSeedWithCloudInit({ vmName: "vm-u", vendorData }).vendorDataParts,
+          );
+          assert.deepEqual(
+            parts.map((p) => p.type),
+            ["text/x-shellscript", type],
+          );
+          const expected = vendorData[0] === 0x1f ? gunzipSync(vendorData) : vendorData;
+          assert.equal(parts[1].payload.toString("utf8"), expected.toString("utf8"));
+          assert.ok(parts[1].handed.equals(expected), parts[1].handed.toString("utf8"));
+          assert.ok(parts[0].handed.equals(Buffer.from(GUEST_AGENT_SCRIPT)));
+        });
+
+      it("gzip that is a MIME multipart of its own: each part keeps its type and text", () => {
+        // A MIME part with 8-bit text needs a transfer encoding; cloud-init mangles it otherwise,
+        // whoever wraps it. Given one, it survives gzip and our multipart.
+        const mime = [
+          'Content-Type: multipart/mixed; boundary="USERBOUNDARY"',
+          "MIME-Version: 1.0",
+          "",
+          "--USERBOUNDARY",
+          'Content-Type: text/cloud-config; charset="us-ascii"',
+          "",
+          "#cloud-config",
+          "runcmd: [echo from-mime]",
+          "--USERBOUNDARY",
+          'Content-Type: text/x-shellscript; charset="utf-8"',
+          "Content-Transfer-Encoding: base64",
+          "",
+          Buffer.from(script).toString("base64"),
+          "--USERBOUNDARY--",
+          "",
+        ].join("\n");
+        const parts = partsOf(
+          readSeedWithCloudInit({ vmName: "vm-v", vendorData: gzipSync(Buffer.from(mime)) })
+            .vendorDataParts,
+        );
+        assert.deepEqual(
+          parts.map((p) => p.type),
+          ["text/x-shellscript", "text/cloud-config", "text/x-shellscript"],
+        );
+        assert.equal(parts[2].handed.toString("utf8"), script);
+      });
+    });
+
     it("is only the configured vendor-data, verbatim, when installGuestAgent is false", () => {
       const extra = "#cloud-config\nruncmd: [echo only-this]\n";
       const view = readSeedWithCloudInit({

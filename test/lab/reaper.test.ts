@@ -253,6 +253,9 @@ describe("reaper in the lab (real libvirtd over SSH)", function () {
     await makeVm(corrupt, { ...createMark(owner(), twoHoursAgo()), createdAt: "not-a-date" });
     const unknown = vm("unknown");
     await makeVm(unknown, createMark(owner("someone-elses-stack"), twoHoursAgo()));
+    // Date.parse reads "1" as the year 2001; the mark's time form is strict, so this has no age.
+    const year2001 = vm("year2001");
+    await makeVm(year2001, { ...createMark(owner(), twoHoursAgo()), createdAt: "1" });
     // A create that died before define: the volume pair, and a lone seed.
     await makeVolume(overlayVolumeName(vm("left")), "qcow2");
     await makeVolume(seedVolumeName(vm("left")), "raw");
@@ -274,6 +277,7 @@ describe("reaper in the lab (real libvirtd over SSH)", function () {
     const why = (name: string) => dry.report.items.find((item) => item.name === name)?.why ?? "";
     assert.match(why(corrupt), /unreadable ownership mark/);
     assert.match(why(unknown), /unknown owner/);
+    assert.match(why(year2001), /creation time "1" unreadable.*never old enough/);
     assert.match(why(young), /younger than --min-age/);
     assert.match(why(kept1!), /in the state of/);
     assert.equal(dry.report.items.find((item) => item.name === paused)?.state, "paused");
@@ -298,7 +302,7 @@ describe("reaper in the lab (real libvirtd over SSH)", function () {
       seedVolumeName(vm("seedonly")),
     ])
       assert.ok(!volumes.includes(name), `${name} was removed`);
-    for (const kept of [kept1!, kept2!, young, corrupt, unknown]) {
+    for (const kept of [kept1!, kept2!, young, corrupt, unknown, year2001]) {
       assert.ok(domains.includes(kept), `${kept} is still there`);
       assert.ok(volumes.includes(overlayVolumeName(kept)), `${kept}'s overlay is still there`);
     }

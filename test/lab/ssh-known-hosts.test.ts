@@ -1,11 +1,13 @@
 /**
  * Host-key verification and credentials against the lab's real sshd, which
- * has ed25519, ecdsa and rsa host keys (ed25519 is its first choice).
+ * has ed25519, ecdsa and rsa host keys (ed25519 is its first choice), and
+ * against a throwaway sshd of this test's own that has an RSA key only.
  */
 import assert from "node:assert/strict";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { connect, createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -15,6 +17,7 @@ import {
   SshAuthError,
   SshConfigError,
   SshHostKeyError,
+  dialSsh,
   fingerprintOf,
   hashKnownHostsName,
   openLibvirtOverSsh,
@@ -192,5 +195,109 @@ describe("ssh host keys and credentials against the lab's sshd", function () {
         ).length > 0,
       );
     });
+  });
+});
+
+/** A free loopback port: bound, read, released (sshd binds it right after). */
+async function freeLoopbackPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+async function waitForPort(port: number, sshd: ChildProcess, log: () => string): Promise<void> {
+  for (let attempt = 0; attempt < 100; attempt++) {
+    if (sshd.exitCode !== null) throw new Error(`sshd exited (${sshd.exitCode}): ${log()}`);
+    const open = await new Promise<boolean>((resolve) => {
+      const socket = connect({ host: "127.0.0.1", port }, () => {
+        socket.destroy();
+        resolve(true);
+      });
+      socket.on("error", () => resolve(false));
+    });
+    if (open) return;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(`sshd did not listen on 127.0.0.1:${port} within 5 s: ${log()}`);
+}
+
+describe("ssh against an sshd that no longer offers the pinned host-key type", function () {
+  this.timeout(60_000);
+  let scratch = "";
+  let sshd: ChildProcess | undefined;
+  let port: number;
+  let stderr = "";
+  const keyLine = (file: string) => readFileSync(file, "utf8").split(" ").slice(0, 2).join(" ");
+
+  before(async () => {
+    scratch = mkdtempSync(join(tmpdir(), "egress-sshd-rsa-only-"));
+    for (const type of ["rsa", "ed25519"])
+      await run("ssh-keygen", ["-q", "-t", type, "-N", "", "-f", join(scratch, `host_${type}`)]);
+    port = await freeLoopbackPort();
+    // Only the RSA key is served: the ed25519 one stands for the key the host used to have.
+    writeFileSync(
+      join(scratch, "sshd_config"),
+      [
+        `Port ${port}`,
+        "ListenAddress 127.0.0.1",
+        `HostKey ${join(scratch, "host_rsa")}`,
+        "PidFile none",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "UsePAM no",
+        `AuthorizedKeysFile ${join(scratch, "authorized_keys")}`,
+        "",
+      ].join("\n"),
+    );
+    mkdirSync("/run/sshd", { recursive: true });
+    sshd = spawn("/usr/sbin/sshd", ["-D", "-e", "-f", join(scratch, "sshd_config")], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    sshd.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    await waitForPort(port, sshd, () => stderr);
+  });
+  after(async () => {
+    if (sshd?.pid !== undefined && sshd.exitCode === null) {
+      const exited = new Promise((resolve) => sshd!.once("exit", resolve));
+      process.kill(sshd.pid, "SIGTERM");
+      await exited;
+    }
+    if (scratch !== "") rmSync(scratch, { recursive: true, force: true });
+  });
+
+  const dial = (knownHosts: string) =>
+    dialSsh(
+      {
+        host: "127.0.0.1",
+        port,
+        username: "root",
+        privateKey: readFileSync(join(scratch, "host_ed25519"), "utf8"),
+        knownHosts,
+      },
+      { handshakeTimeoutMs: 10_000 },
+    );
+
+  it("is a permanent host-key error naming the pinned type, not a retryable connect error", async () => {
+    const error = await rejectionOf(
+      dial(`[127.0.0.1]:${port} ${keyLine(join(scratch, "host_ed25519.pub"))}\n`),
+    );
+    assert.ok(error instanceof SshHostKeyError, `${error.name}: ${error.message}`);
+    assert.equal(error.problem, "type-not-offered");
+    assert.deepEqual(error.pinnedKeyTypes, ["ssh-ed25519"]);
+    assert.ok(
+      error.message.includes(`[127.0.0.1]:${port} offers no host key of a type known_hosts pins`),
+      error.message,
+    );
+    assert.ok(error.message.includes(`ssh-keyscan -p ${port} 127.0.0.1`), error.message);
+    assert.equal(classifyLibvirtError(error).errorClass, "Permanent");
+  });
+
+  it("gets past the host key once known_hosts pins the key the host serves (then fails on auth)", async () => {
+    const error = await rejectionOf(
+      dial(`[127.0.0.1]:${port} ${keyLine(join(scratch, "host_rsa.pub"))}\n`),
+    );
+    assert.ok(error instanceof SshAuthError, `${error.name}: ${error.message}`);
   });
 });

@@ -52,6 +52,49 @@ describe("pve-sim + client: transport, auth and errors", () => {
     );
   });
 
+  it("F22: a 401 names the token id and where it was set, for a wrong secret and an unknown id alike", async () => {
+    const secret = "d5f0c1e2-wrong-secret-5a6b";
+    const cases: Array<[string, string]> = [
+      ["automation@pve!egress", "a wrong secret for a token that exists"],
+      ["automation@pve!egres", "a token id with a typo"],
+    ];
+    for (const [tokenId, what] of cases) {
+      const client = new ProxmoxClient({
+        endpoint: env.sim.endpoint,
+        apiToken: new SecretValue(`PVEAPIToken=${tokenId}=${secret}`),
+        apiTokenSource: "PROXMOX_VE_API_TOKEN",
+        caCertPem: env.sim.caCertPem,
+      });
+      await assert.rejects(client.get("/nodes"), (error: unknown) => {
+        assert.ok(error instanceof PermanentError, what);
+        assert.match(error.message, /401 Authentication failed!/, what);
+        assert.ok(
+          error.message.includes(`API token ${tokenId} (from PROXMOX_VE_API_TOKEN)`),
+          `${what}: ${error.message}`,
+        );
+        assert.match(
+          error.message,
+          /give PROXMOX_VE_API_TOKEN the token as user@realm!tokenid=secret/,
+        );
+        assert.ok(!error.message.includes(secret), what);
+        assert.ok(!JSON.stringify(error, Object.getOwnPropertyNames(error)).includes(secret));
+        return true;
+      });
+    }
+  });
+
+  it("F22: a token from the resource's input is named as apiToken", async () => {
+    await assert.rejects(
+      env.client("automation@pve!egress=not-the-secret").get("/version"),
+      (error: unknown) => {
+        assert.ok(error instanceof PermanentError);
+        assert.match(error.message, /API token automation@pve!egress \(from apiToken\)/);
+        assert.ok(!error.message.includes("not-the-secret"));
+        return true;
+      },
+    );
+  });
+
   it("F22: no credentials at all is '401 No ticket' with an empty body (reason phrase used, F1)", async () => {
     const { status, reason, body } = await rawRequest(
       env.sim.endpoint,
@@ -138,6 +181,20 @@ describe("pve-sim + client: transport, auth and errors", () => {
           apiToken: new SecretValue("just-a-secret"),
         }),
       /apiToken must look like user@realm!tokenid=secret/,
+    );
+    assert.throws(
+      () =>
+        new ProxmoxClient({
+          endpoint: env.sim.endpoint,
+          apiToken: new SecretValue("automation@pve=just-a-secret"),
+          apiTokenSource: "config egress-proxies:proxmoxApiToken",
+        }),
+      (error: unknown) =>
+        error instanceof PermanentError &&
+        /^config egress-proxies:proxmoxApiToken must look like user@realm!tokenid=secret/.test(
+          error.message,
+        ) &&
+        !error.message.includes("just-a-secret"),
     );
   });
 });

@@ -129,6 +129,9 @@ describe("reaper against the Proxmox simulator", function () {
       "reap-future",
       vmDescription("reap-future", createMark(owner(), new Date(Date.now() + 5 * HOUR))),
     );
+    // Date.parse reads "1" as the year 2001; the mark's form is strict, so this is no age at all.
+    const year2001 = { ...createMark(owner()), createdAt: "1" };
+    sim.addForeignVm(31004, "reap-year2001", vmDescription("reap-year2001", year2001));
     const cfg = config(sim, [
       {
         checkpointFile: stateFile([
@@ -149,11 +152,12 @@ describe("reaper against the Proxmox simulator", function () {
     );
     assert.match(why("reap-corrupt"), /unreadable ownership mark/);
     assert.match(why("reap-future"), /never old enough/);
+    assert.match(why("reap-year2001"), /creation time "1" unreadable.*never old enough/);
     assert.ok(
       !dry.report.items.some((item) => item.name === "hand-made"),
       "unmarked VMs are not ours to list",
     );
-    assert.equal(sim.vms.size, 1 + 8, "a dry run removes nothing (template + 8 VMs)");
+    assert.equal(sim.vms.size, 1 + 9, "a dry run removes nothing (template + 9 VMs)");
 
     const applied = await sweep(cfg, { apply: true });
     assert.equal(applied.status, EXIT.ok, applied.stderr);
@@ -167,7 +171,7 @@ describe("reaper against the Proxmox simulator", function () {
       undefined,
       "the orphan's seed went with it",
     );
-    for (const vmid of [keep1.vmid, keep2.vmid, unknown.vmid, 31001, 31002, 31003])
+    for (const vmid of [keep1.vmid, keep2.vmid, unknown.vmid, 31001, 31002, 31003, 31004])
       assert.ok(sim.vms.has(vmid), `VM ${vmid} is still there`);
     assert.ok(sim.isoFile("seeds", "reap-keep1-seed.iso"), "a kept VM keeps its seed");
 
@@ -218,6 +222,21 @@ describe("reaper against the Proxmox simulator", function () {
     assert.deepEqual(result.report.removed, []);
     assert.ok(sim.vms.has(orphan.vmid));
     assert.match(result.stderr, /pve-unreachable not listed completely/);
+  });
+
+  it("a rejected token names its id and the file it was read from, never the secret", async () => {
+    const { sim } = env;
+    const cfg = config(sim, [{ checkpointFile: stateFile([]) }]);
+    const tokenFile = join(workDir, "token");
+    writeFileSync(tokenFile, "automation@pve!egress=stale-secret-0000\n");
+    const result = await sweep(cfg);
+    assert.equal(result.status, EXIT.incomplete);
+    const problem = result.report.backends[0]!.problem ?? "";
+    assert.ok(
+      problem.includes(`API token automation@pve!egress (from apiTokenFile ${tokenFile})`),
+      problem,
+    );
+    assert.ok(!`${problem}${result.stderr}`.includes("stale-secret-0000"));
   });
 
   it("deletes nothing at all when a state does not parse", async () => {

@@ -7,6 +7,8 @@ export interface CloudInitPart {
   type: string;
   filename: string | null;
   payload: Buffer;
+  /** The payload as cloud-init's part handlers are given it (scripts are written from this). */
+  handed: Buffer;
   sniffed: string | null;
 }
 
@@ -25,6 +27,7 @@ interface RawPart {
   type: string;
   filename: string | null;
   payload: string | null;
+  handed: string | null;
   sniffed: string | null;
   error?: string;
 }
@@ -36,6 +39,7 @@ function decodeParts(raw: RawPart[] | null): CloudInitPart[] | { error: string }
     type: part.type,
     filename: part.filename,
     payload: Buffer.from(part.payload ?? "", "base64"),
+    handed: Buffer.from(part.handed ?? "", "base64"),
     sniffed: part.sniffed,
   }));
 }

@@ -3,7 +3,8 @@
 Usage: /usr/bin/python3 cloudinit_probe.py SEED_DIR
 Prints JSON: the raw files as NoCloud's pathprefix2dict returns them, the parsed
 meta-data, and for user-data and vendor-data the parts cloud-init's
-UserDataProcessor produces (content type, filename, payload), base64-encoded.
+UserDataProcessor produces (content type, filename, payload, and the payload as
+the part handlers are given it), base64-encoded.
 Runs no cloud-init stage and touches nothing on the host.
 """
 import base64
@@ -38,11 +39,16 @@ def parts_of(blob, paths):
             sniffed = handlers.type_from_starts_with(util.decode_binary(payload)) if payload else None
         except UnicodeDecodeError:
             sniffed = None
+        # What the part handlers are given (handlers.walk): text decoded by the part's charset.
+        handed = util.fully_decoded_payload(part)
+        if isinstance(handed, str):
+            handed = handed.encode("utf-8", "surrogateescape")
         parts.append(
             {
                 "type": part.get_content_type(),
                 "filename": part.get_filename(),
                 "payload": b64(payload),
+                "handed": b64(handed),
                 "sniffed": sniffed,
             }
         )

@@ -12,11 +12,14 @@ import {
 } from "../../provider/common/errors";
 import {
   createMark,
+  ageSinceMs,
+  MARK_TIME_EXAMPLE,
   markAgeMs,
   markFromFields,
   markFromText,
   markToFields,
   markToText,
+  parseMarkTime,
   ownershipOf,
 } from "../../provider/common/mark";
 import {
@@ -161,6 +164,33 @@ describe("ownership mark", () => {
     assert.equal(markAgeMs(mark, now), 3_600_000);
     assert.equal(markAgeMs({ ...mark, createdAt: "2027-01-01T00:00:00Z" }, now), undefined);
     assert.equal(markAgeMs({ ...mark, createdAt: "garbage" }, now), undefined);
+  });
+
+  it("reads a creation time only in the form it writes: Date.parse's guesses give no age", () => {
+    const now = new Date("2026-11-01T11:00:00.000Z");
+    assert.equal(parseMarkTime(mark.createdAt), Date.parse("2026-11-01T10:00:00Z"));
+    assert.equal(parseMarkTime(MARK_TIME_EXAMPLE), Date.UTC(2026, 0, 31, 12));
+    for (const unreadable of [
+      "1", // Date.parse: 2001-01-01
+      "2001",
+      "12/31/2020",
+      "Sun, 01 Nov 2026 10:00:00 GMT",
+      "2026-11-01",
+      "2026-11-01T10:00:00Z", // no milliseconds
+      "2026-11-01T10:00:00.000+01:00",
+      "2026-11-01 10:00:00.000Z",
+      "2026-11-01t10:00:00.000z",
+      "2026-02-30T10:00:00.000Z", // Date.parse: March 2nd
+      "2026-11-01T24:00:00.000Z",
+      "+002026-11-01T10:00:00.000Z",
+      " 2026-11-01T10:00:00.000Z",
+      "",
+    ]) {
+      assert.equal(parseMarkTime(unreadable), undefined, unreadable);
+      assert.equal(markAgeMs({ ...mark, createdAt: unreadable }, now), undefined, unreadable);
+    }
+    assert.equal(ageSinceMs(undefined, now), undefined);
+    assert.equal(ageSinceMs(mark.createdAt, now), 3_600_000);
   });
 
   it("records the package version, which matches package.json", () => {

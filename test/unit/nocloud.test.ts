@@ -1,4 +1,5 @@
 import { strict as assert } from "node:assert";
+import { gzipSync } from "node:zlib";
 import { PermanentError } from "../../provider/common/errors";
 import { buildMultipart, buildNoCloudSeed, sniffPayload } from "../../provider/nocloud";
 
@@ -35,6 +36,29 @@ describe("NoCloud seed builder", () => {
     const second = buildMultipart([{ payload: hostile, filename: "a" }]);
     const secondBoundary = /boundary="([^"]+)"/.exec(second.toString())![1];
     assert.ok(!hostile.includes(secondBoundary));
+  });
+
+  it("writes a gzip part decompressed, typed by its text, base64 when it is not ASCII", () => {
+    const text = "#cloud-config\nbootcmd: [echo 'Grüße']\n";
+    const message = buildMultipart([
+      { payload: Buffer.from("#!/bin/sh\n"), filename: "agent" },
+      { payload: gzipSync(Buffer.from(text)), filename: "vendor-data" },
+    ]).toString("latin1");
+    const part = message.split(/\n--=*egress-proxies-[0-9a-f]+=*\n?/)[2]!;
+    const [headers, body] = part.split("\n\n");
+    assert.match(
+      headers!,
+      /^Content-Type: text\/cloud-config\nContent-Transfer-Encoding: base64\n/,
+    );
+    assert.equal(Buffer.from(body!, "base64").toString("utf8"), text);
+    assert.ok(!message.includes("application/gzip"));
+  });
+
+  it("keeps a part that only looks like gzip as given, typed application/gzip", () => {
+    const corrupt = Buffer.from([0x1f, 0x8b, 0x08, 0x00, 0x01, 0x02]);
+    const message = buildMultipart([{ payload: corrupt, filename: "vendor-data" }]);
+    assert.match(message.toString("latin1"), /Content-Type: application\/gzip\n/);
+    assert.ok(message.toString("latin1").includes(corrupt.toString("base64")));
   });
 
   it("sniffs part types with cloud-init's prefixes, longest first", () => {

@@ -19,7 +19,11 @@ import {
   rewriteNet0,
 } from "../../provider/proxmox/vm-config";
 import { preferredVmid, vmidCandidates } from "../../provider/proxmox/vmid";
-import { resolveConnection } from "../../provider/proxmox/connection";
+import {
+  CONFIG_KEYS,
+  rememberProviderConfig,
+  resolveConnection,
+} from "../../provider/proxmox/connection";
 
 const OWNER = { project: "egress", stack: "dev", resource: "edge-1" };
 const BASE = {
@@ -134,6 +138,25 @@ describe("proxmox classify: the one table", () => {
     it(name, () =>
       assert.ok(error instanceof expected, `${name}: got ${error.name}: ${error.message}`),
     );
+
+  it("a 401 names the token id and where it was set, never more of the token", () => {
+    const error = classifyApiFailure({
+      method: "GET",
+      path: "/nodes",
+      status: 401,
+      message: "Authentication failed!",
+      parameterErrors: {},
+      token: { id: "automation@pve!egress", source: "config egress-proxies:proxmoxApiToken" },
+    });
+    assert.ok(error instanceof PermanentError);
+    assert.equal(
+      error.message,
+      "GET /nodes: 401 Authentication failed!: Proxmox rejected API token automation@pve!egress " +
+        "(from config egress-proxies:proxmoxApiToken): that token id does not exist there, has expired, " +
+        "or its secret is not this one; compare the id with Datacenter → Permissions → API Tokens and give " +
+        "config egress-proxies:proxmoxApiToken the token as user@realm!tokenid=secret",
+    );
+  });
 
   it("puts the task log tail into the error and keeps tokens out", () => {
     const error = classifyTaskFailure(
@@ -398,10 +421,25 @@ describe("proxmox connection resolution", () => {
     );
     assert.equal(fromInputs.endpoint, "https://in:8006");
     assert.equal(fromInputs.apiToken.reveal(), "i@pve!t=in");
+    assert.equal(fromInputs.apiTokenSource, "apiToken");
     const fromEnv = resolveConnection({}, env);
+    assert.equal(fromEnv.apiTokenSource, "PROXMOX_VE_API_TOKEN");
     assert.equal(fromEnv.endpoint, "https://env:8006");
     assert.equal(fromEnv.insecure, true);
     assert.equal(String(fromEnv.apiToken), "[redacted]");
+  });
+
+  it("remembers that a token came from provider config, for messages", () => {
+    rememberProviderConfig({
+      get: (key) => (key === CONFIG_KEYS.apiToken ? "c@pve!t=from-config" : undefined),
+    });
+    try {
+      const connection = resolveConnection({ apiEndpoint: "https://in:8006" }, env);
+      assert.equal(connection.apiToken.reveal(), "c@pve!t=from-config");
+      assert.equal(connection.apiTokenSource, "config egress-proxies:proxmoxApiToken");
+    } finally {
+      rememberProviderConfig(undefined);
+    }
   });
 
   it("says where credentials can come from when there are none", () => {

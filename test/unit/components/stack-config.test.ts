@@ -1,10 +1,33 @@
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { DEFAULT_POOL_CONFIG, poolArgsFromStackConfig } from "../../../components/stack-config";
+import {
+  DEFAULT_POOL_CONFIG,
+  poolArgsFromStackConfig,
+  type RawStackConfig,
+} from "../../../components/stack-config";
+import { POOL_DECIDED_KVM_INPUTS, POOL_DECIDED_PROXMOX_INPUTS } from "../../../components/pool";
+import { z } from "zod";
+import { closestName, knownKeysAt } from "../../../components/config-keys";
+import { kvmProxyInputsSchema } from "../../../provider/kvm/schema";
+import { proxmoxProxyInputsSchema } from "../../../provider/proxmox/schema";
 
 const REPOSITORY = resolve(__dirname, "..", "..", "..", "..");
+const PRIVATE_KEY =
+  "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n";
+const PROXMOX = {
+  node: "pve1",
+  templateVmid: 9000,
+  diskStorage: "local-lvm",
+  seedStorage: "local",
+};
+
+function problemsOf(raw: RawStackConfig): string[] {
+  const result = poolArgsFromStackConfig(raw);
+  assert.ok(!result.ok, "expected the config to be refused");
+  return result.problems;
+}
 
 describe("root program: stack config", () => {
   it("defaults to one proxy on the local libvirt socket", () => {
@@ -40,13 +63,14 @@ describe("root program: stack config", () => {
         readiness: "address",
       },
       basicAuthPassword: "<secret password>",
-      kvmPrivateKey: "<secret key>",
+      kvmPrivateKey: PRIVATE_KEY,
     });
     assert.ok(result.ok, JSON.stringify(result));
     const kvm = result.args.backends[0] as unknown as {
-      kvm: { connection: Record<string, unknown> };
+      kvm: { connection: Record<string, unknown>; network: unknown };
     };
-    assert.equal(kvm.kvm.connection.privateKey, "<secret key>");
+    assert.equal(kvm.kvm.connection.privateKey, PRIVATE_KEY);
+    assert.deepEqual(kvm.kvm.network, { bridge: "br0" });
     assert.deepEqual(result.args.squid?.basicAuth, {
       user: "crawler",
       password: "<secret password>",
@@ -71,7 +95,7 @@ describe("root program: stack config", () => {
       },
     });
     assert.ok(!result.ok);
-    const keys = result.problems.map((problem) => problem.split(":").slice(0, 2).join(":"));
+    const keys = result.problems.map((problem) => problem.split(" ")[0]);
     assert.ok(keys.includes("egress-proxies:pool.count"), keys.join("\n"));
     assert.ok(keys.includes("egress-proxies:pool.squid.port"), keys.join("\n"));
     assert.ok(keys.includes("egress-proxies:pool.backends[0].name"), keys.join("\n"));
@@ -93,8 +117,243 @@ describe("root program: stack config", () => {
     assert.match(result.problems[0], /pulumi config set --secret egress-proxies:basicAuthPassword/);
   });
 
-  it("the built root program declares the pool and serializes providers as requires of the package", function () {
-    this.timeout(60_000);
+  it("wraps the secret keys with the given function before they reach the arguments", () => {
+    const result = poolArgsFromStackConfig(
+      {
+        pool: {
+          count: 1,
+          backends: [{ name: "kvm1", kvm: { connection: { host: "kvm1.lan" } } }],
+          squid: { basicAuthUser: "crawler" },
+        },
+        basicAuthPassword: "correct horse",
+        kvmPrivateKey: PRIVATE_KEY,
+      },
+      (text) => `secret(${text.length})`,
+    );
+    assert.ok(result.ok, JSON.stringify(result));
+    const kvm = result.args.backends[0] as unknown as {
+      kvm: { connection: { privateKey: string } };
+    };
+    assert.equal(kvm.kvm.connection.privateKey, `secret(${PRIVATE_KEY.length})`);
+    assert.equal(result.args.squid?.basicAuth?.password, "secret(13)");
+  });
+
+  it("reports a typo inside a backend's kvm settings at its key, with the setting meant", () => {
+    const problems = problemsOf({
+      pool: { count: 1, backends: [{ name: "kvm1", kvm: { netwrok: { bridge: "br0" } } }] },
+    });
+    assert.deepEqual(problems, [
+      "egress-proxies:pool.backends[0].kvm.netwrok is not a known setting; did you mean network?",
+    ]);
+  });
+
+  it("checks each backend with its resource's own schema, naming every problem once at its key", () => {
+    const problems = problemsOf({
+      pool: {
+        count: 2,
+        backends: [
+          {
+            name: "kvm1",
+            kvm: {
+              connection: { host: "kvm1.lan", prot: 22 },
+              memoryMib: 512,
+              vcpus: "2",
+              image: { url: "ftp://mirror/debian.qcow2" },
+            },
+          },
+          { name: "pve1", wieght: 2, proxmox: { ...PROXMOX, cores: 0, tgas: ["edge"] } },
+        ],
+      },
+    });
+    assert.deepEqual(problems.slice().sort(), [
+      "egress-proxies:pool.backends[0].kvm.connection.prot is not a known setting; did you mean port?",
+      "egress-proxies:pool.backends[0].kvm.image.url must use https (or http with image.sha256), not ftp:",
+      "egress-proxies:pool.backends[0].kvm.memoryMib is not a known setting; did you mean memoryMiB?",
+      "egress-proxies:pool.backends[0].kvm.vcpus must be a whole number, e.g. 2",
+      "egress-proxies:pool.backends[1].proxmox.cores must be at least 1",
+      "egress-proxies:pool.backends[1].proxmox.tgas is not a known setting; did you mean tags?",
+      "egress-proxies:pool.backends[1].wieght is not a known setting; did you mean weight?",
+    ]);
+  });
+
+  it("lists the settings there are when an unknown key is like none of them", () => {
+    const [problem] = problemsOf({
+      pool: { count: 1, backends: [{ name: "pve1", proxmox: { ...PROXMOX, colour: "blue" } }] },
+    });
+    assert.match(
+      problem!,
+      /^egress-proxies:pool\.backends\[0\]\.proxmox\.colour is not a known setting; remove it \(the settings here are apiEndpoint, apiToken, .*node, templateVmid/,
+    );
+    assert.doesNotMatch(problem!, /owner|vmNameChosenBy|userData/);
+  });
+
+  it("says which inputs the pool sets for every proxy, and where to set them instead", () => {
+    const problems = problemsOf({
+      pool: {
+        count: 2,
+        backends: [
+          { name: "kvm1", kvm: { userData: "#cloud-config\n", vmName: "mine" } },
+          { name: "pve1", proxmox: { ...PROXMOX, readiness: { mode: "none" } } },
+        ],
+      },
+    });
+    assert.deepEqual(problems, [
+      "egress-proxies:pool.backends[0].kvm.userData is set by the pool for every proxy; remove it and put your cloud-init in egress-proxies:extraCloudInit",
+      "egress-proxies:pool.backends[0].kvm.vmName is set by the pool for every proxy; remove it (VM names are made from egress-proxies:poolName and the backend's name)",
+      "egress-proxies:pool.backends[1].proxmox.readiness is set by the pool for every proxy; remove it and set egress-proxies:pool.readiness for the whole pool",
+    ]);
+  });
+
+  it("accepts every input of KvmProxy and ProxmoxProxy that the pool leaves to a backend, and no other", () => {
+    const cases = [
+      { kind: "kvm", shape: kvmProxyInputsSchema.shape, decided: POOL_DECIDED_KVM_INPUTS },
+      {
+        kind: "proxmox",
+        shape: proxmoxProxyInputsSchema.shape,
+        decided: POOL_DECIDED_PROXMOX_INPUTS,
+      },
+    ] as const;
+    for (const { kind, shape, decided } of cases) {
+      const settable = Object.keys(shape).filter(
+        (key) =>
+          !(decided as readonly string[]).includes(key) &&
+          key !== "owner" &&
+          key !== "vmNameChosenBy",
+      );
+      for (const key of Object.keys(shape)) {
+        // A value of the wrong type: a known key gets a type problem, an unknown one "not a known setting".
+        const settings = { ...(kind === "proxmox" ? PROXMOX : {}), [key]: Symbol.for("wrong") };
+        const problems = problemsOf({
+          pool: { count: 1, backends: [{ name: "b", [kind]: settings }] },
+        });
+        const unknown = problems.some((p) => p.includes(`.${kind}.${key} is not a known setting`));
+        const decidedByPool = problems.some((p) =>
+          p.includes(`.${kind}.${key} is set by the pool`),
+        );
+        assert.equal(
+          unknown,
+          key === "owner" || key === "vmNameChosenBy",
+          `${kind}.${key}: ${problems.join("; ")}`,
+        );
+        assert.equal(decidedByPool, (decided as readonly string[]).includes(key), `${kind}.${key}`);
+        assert.equal(settable.includes(key), !unknown && !decidedByPool, `${kind}.${key}`);
+      }
+    }
+  });
+
+  it("reports duplicate backend names and counts that do not add up at their keys, once each", () => {
+    const problems = problemsOf({
+      pool: {
+        count: 4,
+        backends: [
+          { name: "kvm1", count: 1, kvm: {} },
+          { name: "kvm1", count: 1, kvm: {} },
+          { name: "Bad Name", count: 1, kvm: {} },
+        ],
+      },
+    });
+    // The bad name is reported once, by the shape check, though the placement rules see it too.
+    assert.deepEqual(problems, [
+      'egress-proxies:pool.backends[2].name must be a short DNS label (a-z, 0-9, -), e.g. "kvm1"',
+      'egress-proxies:pool.backends[1].name "kvm1" is used twice; names must be unique',
+      "egress-proxies:pool.count is 4 but the backends' counts add up to 3; drop count or make them agree",
+    ]);
+  });
+
+  it("checks the basic-auth password at parse time by its own key, never quoting it", () => {
+    const password = "short";
+    const problems = problemsOf({
+      pool: { count: 1, backends: [{ name: "a", kvm: {} }], squid: { basicAuthUser: "crawler" } },
+      basicAuthPassword: password,
+    });
+    assert.deepEqual(problems, [
+      "egress-proxies:basicAuthPassword must be at least 8 characters; set it again with `pulumi config set --secret egress-proxies:basicAuthPassword <password>`",
+    ]);
+    assert.ok(!problems.join("\n").includes(password));
+    const lineBreak = problemsOf({
+      pool: { count: 1, backends: [{ name: "a", kvm: {} }], squid: { basicAuthUser: "crawler" } },
+      basicAuthPassword: "long enough\nbut two lines",
+    });
+    assert.match(lineBreak[0]!, /^egress-proxies:basicAuthPassword must not contain line breaks/);
+  });
+
+  it("refuses a password without a user: the proxies would be open while the stack looks protected", () => {
+    const problems = problemsOf({
+      pool: { count: 1, backends: [{ name: "a", kvm: {} }] },
+      basicAuthPassword: "correct horse battery",
+    });
+    assert.match(
+      problems[0]!,
+      /^egress-proxies:basicAuthPassword is set but egress-proxies:pool\.squid\.basicAuthUser is not/,
+    );
+  });
+
+  it("checks the client CIDRs and the KVM private key at their keys", () => {
+    const problems = problemsOf({
+      pool: {
+        count: 1,
+        backends: [{ name: "a", kvm: {} }],
+        squid: { allowedClientCidrs: ["10.0.0.0/8", "10.0.0.0/33"] },
+      },
+      kvmPrivateKey: "/home/me/.ssh/id_ed25519",
+    });
+    assert.deepEqual(problems, [
+      'egress-proxies:pool.squid.allowedClientCidrs[1] "10.0.0.0/33" has a prefix longer than 32 bits',
+      "egress-proxies:kvmPrivateKey must be the private key's text (-----BEGIN ... PRIVATE KEY-----), not a path; set it from the file: `pulumi config set --secret egress-proxies:kvmPrivateKey < ~/.ssh/id_ed25519`",
+    ]);
+    assert.ok(!problems.join("\n").includes("/home/me"));
+  });
+
+  it("names the pool's kvmImage key for KvmProxy's image rules", () => {
+    const problems = problemsOf({
+      pool: {
+        count: 1,
+        backends: [{ name: "a", kvm: {} }],
+        kvmImage: { url: "http://mirror.lan/debian.qcow2", sha256: "abc" },
+      },
+    });
+    assert.deepEqual(problems, [
+      "egress-proxies:pool.kvmImage.sha256 must be 64 hex characters (the output of sha256sum)",
+    ]);
+  });
+
+  it("finds the keys a schema knows at a path, through optional, default, pipe, union and array", () => {
+    const schema = z.strictObject({
+      network: z
+        .union([z.strictObject({ bridge: z.string() }), z.strictObject({ name: z.string() })])
+        .default({ name: "default" }),
+      disks: z.array(z.strictObject({ size: z.number(), bus: z.string() })).optional(),
+      image: z.string().pipe(z.string()).optional(),
+      nested: z.strictObject({ inner: z.strictObject({ leaf: z.number() }) }).optional(),
+    });
+    assert.deepEqual(knownKeysAt(schema, []), ["network", "disks", "image", "nested"]);
+    assert.deepEqual(knownKeysAt(schema, ["network"]), ["bridge", "name"]);
+    assert.deepEqual(knownKeysAt(schema, ["disks", 3]), ["size", "bus"]);
+    assert.deepEqual(knownKeysAt(schema, ["nested", "inner"]), ["leaf"]);
+    assert.deepEqual(knownKeysAt(schema, ["image"]), []);
+    assert.deepEqual(knownKeysAt(schema, ["missing", "x"]), []);
+    assert.deepEqual(knownKeysAt(kvmProxyInputsSchema, ["connection"]).slice(0, 3), [
+      "host",
+      "port",
+      "user",
+    ]);
+  });
+
+  it("suggests a known name only for a likely typo", () => {
+    const known = ["network", "memoryMiB", "pool", "connection"];
+    assert.equal(closestName("netwrok", known), "network");
+    assert.equal(closestName("memorymib", known), "memoryMiB");
+    assert.equal(closestName("pol", known), "pool");
+    assert.equal(closestName("colour", known), undefined);
+    assert.equal(closestName("net", known), undefined);
+  });
+
+  /** Runs the built root program under mocks with this stack config; its stdout and exit status. */
+  function runRootProgram(config: Record<string, string>): {
+    out: string;
+    err: string;
+    status: number;
+  } {
     // npm ci's prepare step makes this link; without it the program cannot run as `pulumi up` runs it.
     assert.ok(
       existsSync(join(REPOSITORY, "node_modules", "egress-proxies", "package.json")),
@@ -113,12 +372,19 @@ describe("root program: stack config", () => {
         call: (args) => args.inputs,
       }, "egress-proxies", "dev", true).then(() => require("./dist/index.js"));
     `;
-    const out = execFileSync(process.execPath, ["--preserve-symlinks", "-e", program], {
+    const result = spawnSync(process.execPath, ["--preserve-symlinks", "-e", program], {
       cwd: REPOSITORY,
       encoding: "utf8",
-      env: { ...process.env, PULUMI_CONFIG: "{}" },
+      env: { ...process.env, PULUMI_CONFIG: JSON.stringify(config) },
       timeout: 50_000,
     });
+    return { out: result.stdout, err: result.stderr, status: result.status ?? -1 };
+  }
+
+  it("the built root program declares the pool and serializes providers as requires of the package", function () {
+    this.timeout(60_000);
+    const { out, err, status } = runRootProgram({});
+    assert.equal(status, 0, err);
     const seen = JSON.parse(out.trim().split("\n").at(-1)!) as Array<{
       type: string;
       name: string;
@@ -129,5 +395,32 @@ describe("root program: stack config", () => {
       ["egress", "egress-local-0"],
     );
     assert.deepEqual(seen[1].requires, ['require("egress-proxies/dist/provider/kvm/provider.js")']);
+  });
+
+  it("the built root program stops on a bad config before declaring anything, each problem said once", function () {
+    this.timeout(60_000);
+    const pool = {
+      count: 2,
+      backends: [
+        { name: "kvm1", kvm: { netwrok: { bridge: "br0" } } },
+        { name: "kvm1", kvm: {} },
+      ],
+      squid: { basicAuthUser: "crawler" },
+    };
+    const { out, err, status } = runRootProgram({
+      "egress-proxies:pool": JSON.stringify(pool),
+      "egress-proxies:basicAuthPassword": "tiny",
+    });
+    assert.notEqual(status, 0, err);
+    assert.deepEqual(JSON.parse(out.trim().split("\n").at(-1)!), [], "no resource is declared");
+    const expected = [
+      "egress-proxies:pool.backends[0].kvm.netwrok is not a known setting; did you mean network?",
+      'egress-proxies:pool.backends[1].name "kvm1" is used twice; names must be unique',
+      "egress-proxies:basicAuthPassword must be at least 8 characters",
+    ];
+    assert.match(err, /stack config is not valid:/);
+    for (const line of expected)
+      assert.equal(err.split(line).length - 1, 1, `once: ${line}\n${err}`);
+    assert.ok(!`${out}${err}`.includes("tiny"), "the password is never printed");
   });
 });

@@ -92,6 +92,11 @@ describe("classifyLibvirtError", () => {
       new SshHostKeyError("revoked", "h", 22, "SHA256:x", "ssh-ed25519"),
       "Permanent",
     ],
+    [
+      "ssh host no longer offers the pinned key type",
+      new SshHostKeyError("type-not-offered", "h", 22, "", "", ["ssh-ed25519"]),
+      "Permanent",
+    ],
     ["ssh auth", new SshAuthError("x"), "Permanent"],
     ["ssh config", new SshConfigError("x"), "Permanent"],
     ["anything unclassified", new Error("?"), "Permanent"],

@@ -135,7 +135,60 @@ describe("reaper plan (pure)", () => {
       old: "reap",
     });
     assert.match(plan[0]!.why, /younger than --min-age/);
-    assert.match(plan[1]!.why, /never old enough/);
+    assert.match(plan[1]!.why, /creation time \S+ is in the future: never old enough/);
+    assert.match(plan[2]!.why, /creation time "yesterday-ish" unreadable/);
+  });
+
+  it("never reaps by a creation time outside the mark's ISO form, though Date.parse reads it as long ago", () => {
+    assert.ok(Date.parse("1") < NOW.getTime() - 20 * 365 * 24 * HOUR); // the year 2001
+    const odd = (name: string, createdAt: string): ListedItem =>
+      domain(name, { kind: "marked", mark: { ...markOf("web", "prod", 5), createdAt } });
+    const volume: ListedItem = {
+      ...domain("left.qcow2", {
+        kind: "attributed",
+        owner: { project: "web", stack: "prod" },
+        createdAt: "1",
+      }),
+      kind: "volume",
+      vmName: "left",
+      resourceId: "hosts/kvm1.lan/domains/left",
+    };
+    const base: ListedItem = {
+      backend: "kvm1",
+      host: "kvm1.lan",
+      kind: "base-image",
+      name: "egress-base-x.qcow2",
+      ownership: { kind: "shared", usedBy: [], createdAt: "2001" },
+    };
+    const plan = planReaping(
+      [
+        listing([
+          odd("year-2001", "1"),
+          odd("february-30", "2026-02-30T00:00:00.000Z"),
+          odd("no-millis", "2026-01-01T00:00:00Z"),
+          volume,
+          base,
+          marked("old"),
+        ]),
+      ],
+      [state("web", "prod")],
+      { ...OPTIONS, pruneImages: true },
+    );
+    assert.deepEqual(actions(plan), {
+      "year-2001": "keep",
+      "february-30": "keep",
+      "no-millis": "keep",
+      "left.qcow2": "keep",
+      "egress-base-x.qcow2": "keep",
+      old: "reap",
+    });
+    assert.equal(
+      plan[0]!.why,
+      'creation time "1" unreadable (the mark writes 2026-01-31T12:00:00.000Z): never old enough',
+    );
+    assert.equal(plan[0]!.ageMs, undefined);
+    assert.match(plan[3]!.why, /creation time "1" unreadable.*never old enough/);
+    assert.match(plan[4]!.why, /creation time "2001" unreadable/);
   });
 
   it("deletes nothing on a backend that was not listed completely, and still reaps on the others", () => {

@@ -5,9 +5,11 @@ import {
   entryMatchesHost,
   fingerprintOf,
   hashKnownHostsName,
+  isNoCommonHostKeyType,
   knownHostsName,
   parseKnownHosts,
   pinnedHostKeyAlgorithms,
+  pinnedKeyTypes,
   verifyHostKey,
 } from "../../../provider/ssh";
 
@@ -110,6 +112,23 @@ describe("known_hosts", () => {
       "ecdsa-sha2-nistp256",
     ]);
     assert.equal(pinnedHostKeyAlgorithms(entries, "nobody", 22), undefined);
+    assert.deepEqual(pinnedKeyTypes(entries, "h", 2222), ["ssh-rsa", "ecdsa-sha2-nistp256"]);
+    assert.deepEqual(pinnedKeyTypes(entries, "nobody", 22), []);
+  });
+
+  it("a host offering none of the pinned key types is a host-key error that names the types and the fix", () => {
+    assert.ok(isNoCommonHostKeyType(new Error("Handshake failed: no matching host key format")));
+    assert.ok(!isNoCommonHostKeyType(new Error("Handshake failed: no matching C->S cipher")));
+    const error = new SshHostKeyError("type-not-offered", "kvm1.lan", 2222, "", "", [
+      "ssh-ed25519",
+      "ssh-rsa",
+    ]);
+    assert.equal(
+      error.message,
+      "ssh host [kvm1.lan]:2222 offers no host key of a type known_hosts pins for it " +
+        "(ssh-ed25519, ssh-rsa); if its host keys were replaced, confirm the new key with the host's " +
+        "owner and replace its known_hosts line (ssh-keyscan -p 2222 kvm1.lan shows what it offers now)",
+    );
   });
 
   it("matches host names case-insensitively, hashed ones too (ssh lowercases before hashing)", () => {
