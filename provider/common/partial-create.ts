@@ -4,7 +4,7 @@
  * did not become healthy. Pulumi records it in state (marked failed) instead of
  * forgetting it, so a VM that booted but never became ready is not leaked.
  *
- * What the engine does with the record next (see docs/partial-create.md):
+ * What the engine does with the record next (docs/architecture.md, "Failed creates"):
  * - the next `up` runs diff, then `update` even when nothing changed (the
  *   resource has init errors); update sees `createIncomplete` and continues
  *   the create instead of only carrying outputs forward;
