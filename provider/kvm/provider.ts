@@ -373,7 +373,12 @@ export async function read(id: string, props: Props): Promise<pulumi.dynamic.Rea
   );
   const session = await openHost(inputs, deadline);
   const handle = await session.host.findDomain(vmName);
-  if (handle === undefined) return {}; // gone: Pulumi drops it from state
+  if (handle === undefined)
+    // Gone: Pulumi drops it from state. A partial create recorded before its domain existed stays
+    // while its volumes do, so a refresh never turns them into leftovers that state does not name.
+    return isIncompleteCreate(props) && (await perVmVolumesRemain(session, inputs.pool, vmName))
+      ? { id, props }
+      : {};
   const description = parseDomainXml(await session.host.domainXml(handle));
   requireOurs(description.mark, inputs, `domain ${vmName} on ${session.label}`);
   const { state } = await session.host.state(handle);
@@ -395,6 +400,18 @@ export async function read(id: string, props: Props): Promise<pulumi.dynamic.Rea
       libvirtUuid: uuidText(handle.uuid),
     }),
   };
+}
+
+async function perVmVolumesRemain(
+  session: HostSession,
+  poolName: string,
+  vmName: string,
+): Promise<boolean> {
+  const pool = await session.host.findPool(poolName);
+  if (pool === undefined) return false;
+  for (const name of [overlayVolumeName(vmName), seedVolumeName(vmName)])
+    if (await session.host.findVolume(pool, name)) return true;
+  return false;
 }
 
 /**

@@ -414,6 +414,9 @@ describe("KvmProxy create never leaks (failures made for real in the lab)", func
 
       // The host is reachable again; the next `up` continues the recorded create.
       relay.restore();
+      // A refresh keeps the record while its volumes remain (there is no domain yet).
+      const refreshed = await kvm.read(error.id, error.properties);
+      assert.equal(refreshed.id, error.id, "refresh keeps the record");
       const { outs } = await kvm.update(error.id, error.properties, news);
       assert.equal(outs.state, "running");
       assert.ok(!isIncompleteCreate(outs));
