@@ -153,14 +153,15 @@ describe("per-host libvirt connection pool", () => {
     const pool = new LibvirtConnectionPool<Target>({
       keyOf: sshTargetKey,
       idleCloseMs: 30,
-      dial: () => daemon.open(),
+      // The fake daemon does not answer CONNECT_CLOSE: a short polite-close bound keeps the test quick.
+      dial: () => daemon.open({ closeTimeoutMs: 20 }),
     });
     const conn = await pool.get(target);
     const vol = { pool: "lab", name: "seed.iso", key: "/pool/seed.iso" };
     const source = Readable.from([Buffer.alloc(16)]);
     await assert.rejects(conn.upload({ vol }, source, { timeoutMs: 10 }), /deadline/);
     assert.equal(pool.callsInFlight, 0, "a call nobody waits for is not in flight");
-    for (let i = 0; i < 50 && !conn.isClosed; i++) await new Promise((r) => setTimeout(r, 20));
+    for (let i = 0; i < 150 && !conn.isClosed; i++) await new Promise((r) => setTimeout(r, 20));
     assert.equal(conn.isClosed, true, "the idle link was closed");
     await pool.closeAll();
   });
