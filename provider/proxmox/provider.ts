@@ -123,7 +123,7 @@ async function createSteps(
   const where = `VM ${spec.vmName} on node ${spec.node}`;
   const step = stepsWithin(deadline, spec.vmName);
   const vm = await step("clone", () => ensureVm(client, spec, deadline, pinned)).catch((error) =>
-    recordCloneLeftBehind(client, spec, error, where),
+    recordCloneLeftBehind(client, spec, error, where, pinned),
   );
   const id = resourceId(vm.ref);
   let outs = initialOutputs(spec, vm);
@@ -279,6 +279,7 @@ async function recordCloneLeftBehind(
   spec: ProxmoxProxyInputs,
   error: unknown,
   where: string,
+  pinned?: VmRef,
 ): Promise<never> {
   if (error instanceof PartialCreateError) throw error;
   const failure = withContext(error, { operation: "create", resource: where });
@@ -289,7 +290,8 @@ async function recordCloneLeftBehind(
     (entries) => entries.find((entry) => entry.node === spec.node && entry.name === spec.vmName),
     () => undefined,
   );
-  if (found === undefined) throw failure;
+  // A continued create records only the VMID state already names.
+  if (found === undefined || (pinned !== undefined && found.vmid !== pinned.vmid)) throw failure;
   const ref = { node: spec.node, vmid: found.vmid };
   const mark = await getConfig(client, ref, look).then(
     (config) => requireOurs(config, ref, spec.vmName, spec.owner),
