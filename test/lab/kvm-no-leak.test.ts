@@ -374,6 +374,43 @@ describe("KvmProxy create never leaks (failures made for real in the lab)", func
     await destroyRecord(error, before);
   });
 
+  it("the SSH link cut during the base image upload: the half-uploaded base is removed over a fresh link", async () => {
+    const vmName = "noleak-basecut";
+    // The same bytes under a URL of its own: a base this test is the first to upload.
+    const url = `${imageServer.url}?set=noleak-basecut`;
+    const baseName = baseImageVolumeName({ url, sha256: image.sha256, format: "qcow2" });
+    const news = await checked(
+      request(vmName, { connection: labConnection(lab), image: { url, sha256: image.sha256 } }),
+    );
+    const poolBefore = volumeNames(lab.pool);
+    const before = hostView();
+    show("before", before);
+    let settled = false;
+    const creating = failedCreate(news).finally(() => (settled = true));
+    const pool = await inspector.call(Procedures.storagePoolLookupByName, { name: lab.pool });
+    let cutAt = "";
+    while (!settled && cutAt === "") {
+      const vol = await inspector
+        .call(Procedures.storageVolLookupByName, { pool, name: baseName })
+        .catch(() => undefined);
+      const info =
+        vol && (await inspector.call(Procedures.storageVolGetInfo, { vol }).catch(() => undefined));
+      // Cut once the upload is well under way (tens of MiB written).
+      if (info && info.allocation > 32n * 1024n * 1024n) {
+        const pids = sshdServingThisProcess(lab);
+        signalAll(pids, "SIGKILL");
+        cutAt = `${info.allocation / 1024n / 1024n} MiB of the base written; killed sshd ${pids.join(",")}`;
+      } else await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    const error = await creating;
+    console.log(`      cut   : ${cutAt}`);
+    console.log(`      error : ${error.name}: ${error.message.split("\n")[0]}`);
+    assert.notEqual(cutAt, "", "the link was cut mid-upload");
+    assert.ok(!(error instanceof PartialCreateError), "nothing of the VM existed yet");
+    assertHoldsWhatStateRecords(before, error, vmName, lab.pool);
+    assert.deepEqual(volumeNames(lab.pool), poolBefore, "no half-uploaded base is left either");
+  });
+
   it("the SSH link cut for good mid-create (no new link either): recorded, then continued by the next up", async () => {
     const vmName = "noleak-sshgone";
     const relay = await startRelay(lab.sshPort);
