@@ -183,3 +183,22 @@ export function classifyImageFetchError(error: unknown, url: string): EgressProx
     return new TransientError(failed, full);
   return new PermanentError(failed, full);
 }
+
+/**
+ * Whether a failed call may still have happened on the host: the reply was
+ * lost with the link, or we stopped waiting for it. A daemon's own error
+ * (bad XML, no space) says it did not. Create asks before it removes what a
+ * call may have made (a domain defined after all, a volume created after all).
+ */
+export function outcomeUnknown(error: unknown): boolean {
+  for (let current = error; current instanceof Error; current = current.cause) {
+    if (current instanceof LibvirtError) return false;
+    if (
+      current instanceof LibvirtTransportError ||
+      current instanceof LibvirtTimeoutError ||
+      current instanceof LibvirtAbortedError
+    )
+      return true;
+  }
+  return false;
+}

@@ -22,6 +22,12 @@ import type { KvmProxyInputs } from "./schema";
 
 export interface HostSession {
   host: LibvirtHost;
+  /**
+   * The same host with another budget: undoing a failed create must not be
+   * refused because the create's own deadline is what ran out. Each call asks
+   * the pool for the link, so a link that died is dialled afresh.
+   */
+  within(deadline: Deadline): LibvirtHost;
   /** Stable identity of the host for caches and single flight. */
   hostKey: string;
   /** How the host appears in ids and outputs. */
@@ -109,17 +115,25 @@ export const dialCount = (): number => links.dialCount;
 export async function openHost(target: HostTarget, deadline: Deadline): Promise<HostSession> {
   const label = hostLabel(target.connection);
   const dialTarget = dialTargetOf(target);
-  const link = async (): Promise<LibvirtConnection> => {
+  const linkWithin = (budget: Deadline) => async (): Promise<LibvirtConnection> => {
     try {
-      return await links.get(dialTarget, { timeoutMs: deadline.capped(60_000) });
+      return await links.get(dialTarget, { timeoutMs: budget.capped(60_000) });
     } catch (error) {
       throw classifyLibvirtError(error, { operation: "connect", resource: label });
     }
   };
   // Dial now, so a host that cannot be reached fails the operation at its first step.
-  await link();
-  return { host: new LibvirtHost(link, label, deadline), hostKey: keyOf(dialTarget), label };
+  await linkWithin(deadline)();
+  return {
+    host: new LibvirtHost(linkWithin(deadline), label, deadline),
+    within: (budget) => new LibvirtHost(linkWithin(budget), label, budget),
+    hostKey: keyOf(dialTarget),
+    label,
+  };
 }
+
+/** Calls in flight on this process's links (tests check that a failed create leaves none). */
+export const callsInFlight = (): number => links.callsInFlight;
 
 /** Closes every pooled link (tests, and the end of a provider process). */
 export function closeAllHosts(): Promise<void> {

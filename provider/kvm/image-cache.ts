@@ -16,6 +16,7 @@ import type { Deadline } from "../common/deadline";
 import { PermanentError, TransientError } from "../common/errors";
 import { redactUrl } from "../common/redact";
 import type { StoragePoolHandle, StorageVolHandle } from "../libvirt-rpc-xdr";
+import { outcomeUnknown } from "./classify";
 import type { LibvirtHost } from "./host";
 import { openImageDownload, type ImageDownloadProgress } from "./image-source";
 import { baseImageMarkerName, baseImageVolumeName } from "./naming";
@@ -43,6 +44,12 @@ export interface EnsureBaseImageOptions {
   host: LibvirtHost;
   /** Identifies the host for single flight, e.g. "kvm1.lan:22". */
   hostKey: string;
+  /**
+   * The host with a budget of its own for removing a half-filled base after a
+   * failure (the operation's deadline may be what ran out, the link may have
+   * died). Defaults to `host`.
+   */
+  cleanupHost?: () => LibvirtHost;
   pool: StoragePoolHandle;
   image: ImageSpec;
   deadline: Deadline;
@@ -143,7 +150,12 @@ async function downloadInto(
   } catch (error) {
     download.abort(error instanceof Error ? error : new Error(String(error)));
     // Never leave a half-filled base behind: the next attempt would have to wait for it to go stale.
-    if (handle !== undefined) await host.deleteVolume(handle).catch(() => undefined);
+    // A create whose answer was lost may have made the volume too; a create the daemon refused
+    // (another process made it first) must not remove theirs.
+    const cleanup = options.cleanupHost?.() ?? host;
+    if (handle !== undefined) await cleanup.deleteVolume(handle).catch(() => undefined);
+    else if (outcomeUnknown(error))
+      await cleanup.deleteVolumeNamed(pool, name).catch(() => undefined);
     throw error;
   }
 }

@@ -8,7 +8,7 @@ import type { z } from "zod";
 import { Deadline, sleepWithin } from "../common/deadline";
 import { checkWithAutonaming, plainJson as plain } from "../common/check";
 import { decideDiff } from "../common/diff";
-import { EgressProxyError, PermanentError, TransientError } from "../common/errors";
+import { EgressProxyError, errorClassOf, PermanentError, TransientError } from "../common/errors";
 import type { CheckFailure } from "../common/inputs";
 import {
   createMark,
@@ -18,7 +18,11 @@ import {
   type OwnershipMark,
 } from "../common/mark";
 import { logToEngine } from "../common/engine-log";
-import { PartialCreateError } from "../common/partial-create";
+import {
+  CREATE_INCOMPLETE_KEY,
+  isIncompleteCreate,
+  PartialCreateError,
+} from "../common/partial-create";
 import { fetchThroughProxy } from "../common/proxy-probe";
 import { waitForTcpPort } from "../common/readiness";
 import { safeErrorMessage } from "../common/redact";
@@ -26,6 +30,7 @@ import type { DomainHandle } from "../libvirt-rpc-xdr";
 import { buildNoCloudSeed } from "../nocloud";
 import { lookUpAddress } from "./addresses";
 import { openHost, rememberKvmProviderConfig, type HostSession } from "./connect";
+import { CreateAttempt } from "./create-attempt";
 import { KVM_CHANGE_TABLE } from "./diff";
 import { buildDomainXml, parseDomainXml, type DomainDescription } from "./domain-xml";
 import type { LibvirtHost, VmState } from "./host";
@@ -101,33 +106,54 @@ export async function diff(
 
 // ---- create ----------------------------------------------------------------------------------------
 
+/**
+ * Never leaks, at any step. Before the domain is defined, a failure removes
+ * the volumes this attempt made; once it is defined (or when that removal
+ * cannot be done, e.g. the SSH link is gone for good) Pulumi gets the
+ * resource as a partial create, so it is in state: the next `up` continues
+ * it (update) and `destroy` removes it.
+ */
 export async function create(raw: Props): Promise<{ id: string; outs: Props }> {
   const inputs = checkedInputs(raw);
   const deadline = Deadline.afterSeconds(inputs.timeouts.createSeconds, "timeouts.createSeconds");
   const session = await openHost(inputs, deadline);
   const id = kvmResourceId(session.label, inputs.vmName);
+  const record = (parts: RecordedParts, state: VmState, error: unknown): PartialCreateError =>
+    new PartialCreateError(
+      id,
+      plain(outputsOf(session, inputs, parts, { ip: null, state })),
+      toError(error),
+      raw,
+    );
   const existing = await session.host.findDomain(inputs.vmName);
   const domain = existing
     ? await resumeExisting(session, inputs, existing)
-    : await buildAndDefine(session, inputs, deadline);
-  await session.host.startDomain(domain.handle);
-  const outputs = outputsOf(session, inputs, domain, { ip: null, state: "running" });
+    : await buildAndDefine(session, inputs, deadline, record);
+  let state: VmState = "stopped";
   try {
+    await session.host.startDomain(domain.handle);
+    state = "running";
     const ip = await waitForReadiness(session.host, domain.handle, inputs, deadline);
-    return { id, outs: plain({ ...outputs, ip, endpoint: ip ? endpointOf(ip, inputs) : null }) };
+    return { id, outs: plain({ ...outputsOf(session, inputs, domain, { ip, state }) }) };
   } catch (error) {
-    // The VM exists: record it (marked failed) rather than leak it.
-    throw new PartialCreateError(id, plain(outputs), toError(error));
+    // The domain exists: record it (marked failed) rather than leak it.
+    throw record(domain, state, error);
   }
 }
 
-interface DefinedDomain {
-  handle: DomainHandle;
+/** What a recorded (partial or complete) create names besides the inputs. */
+interface RecordedParts {
   uuid: string;
-  mark: OwnershipMark;
+  createdAt: string;
   imageVolume: string;
   seedSha256: string;
 }
+
+interface DefinedDomain extends RecordedParts {
+  handle: DomainHandle;
+}
+
+type Recorder = (parts: RecordedParts, state: VmState, error: unknown) => PartialCreateError;
 
 /** A retried create finds the domain it defined last time: adopt it only if the mark says it is ours. */
 async function resumeExisting(
@@ -141,7 +167,7 @@ async function resumeExisting(
   return {
     handle,
     uuid: uuidText(handle.uuid),
-    mark,
+    createdAt: mark.createdAt,
     imageVolume:
       description.volumes.find((v) => v.device === "disk")?.volume ??
       overlayVolumeName(inputs.vmName),
@@ -152,35 +178,37 @@ async function resumeExisting(
 /**
  * The idempotent sequence: base image, overlay (reused when a previous attempt
  * made it), seed (always rebuilt: a cancelled upload leaves a truncated one),
- * define. Volumes this attempt created are removed if define never happens.
+ * define. A failure on the way undoes what this attempt made (undoOrRecord).
  */
 async function buildAndDefine(
   session: HostSession,
   inputs: KvmProxyInputs,
   deadline: Deadline,
+  record: Recorder,
 ): Promise<DefinedDomain> {
   const { host } = session;
   const pool = await host.pool(inputs.pool);
   const base = await ensureBaseImage({
     host,
+    cleanupHost: () => session.within(cleanupDeadline(inputs)),
     hostKey: session.hostKey,
     pool,
     image: inputs.image,
     deadline,
     log: progressLog,
   });
-  const created: string[] = [];
+  const attempt = new CreateAttempt(pool);
   try {
-    const overlay = await ensureOverlay(host, pool, inputs, base, created);
+    const overlay = await ensureOverlay(host, attempt, inputs, base);
     const seed = buildNoCloudSeed(seedInputOf(inputs));
     const seedName = seedVolumeName(inputs.vmName);
     await host.deleteVolumeNamed(pool, seedName);
+    attempt.creating(seedName);
     const seedVolume = await host.createVolume(
       pool,
       seedName,
       rawVolumeXml(seedName, seed.image.size),
     );
-    created.push(seedName);
     await host.upload(seedVolume, seed.image.toStream(), seed.image.size);
     const mark = createMark(inputs.owner);
     const xml = buildDomainXml({
@@ -197,37 +225,93 @@ async function buildAndDefine(
       mac: macAddressFor(inputs.vmName),
       mark,
     });
+    attempt.defining();
     const handle = await host.defineDomain(inputs.vmName, xml);
     return {
       handle,
       uuid: uuidText(handle.uuid),
-      mark,
+      createdAt: mark.createdAt,
       imageVolume: base.name,
       seedSha256: seed.sha256,
     };
   } catch (error) {
-    for (const name of created) await host.deleteVolumeNamed(pool, name).catch(() => undefined);
-    throw error;
+    const parts = { uuid: "", createdAt: "", imageVolume: base.name, seedSha256: "" };
+    throw await undoOrRecord(session, inputs, attempt, error, (state, why) =>
+      record(parts, state, why),
+    );
   }
+}
+
+/**
+ * After a failure before the domain exists: remove this attempt's volumes
+ * (over a fresh link if the old one died, within a budget of its own) and
+ * return the original error; if that cannot be done, return the partial
+ * create that puts them in state, so nothing is left that state does not name.
+ */
+async function undoOrRecord(
+  session: HostSession,
+  inputs: KvmProxyInputs,
+  attempt: CreateAttempt,
+  error: unknown,
+  record: (state: VmState, error: unknown) => PartialCreateError,
+): Promise<unknown> {
+  if (!attempt.madeSomething) return error;
+  try {
+    const outcome = await attempt.undo(
+      session.within(cleanupDeadline(inputs)),
+      inputs.vmName,
+      error,
+    );
+    if (outcome.undone) {
+      progressLog(
+        `create of ${inputs.vmName} failed; removed what it made (${outcome.removed.join(", ") || "nothing"})`,
+      );
+      return error;
+    }
+    return record("stopped", noted(error, `${outcome.reason}; it is recorded in state`));
+  } catch (undoError) {
+    const reason = undoError instanceof Error ? safeErrorMessage(undoError) : String(undoError);
+    return record(
+      "unknown",
+      noted(
+        error,
+        `removing what this attempt made failed too (${reason}); it is recorded in state: the next up continues it, destroy removes it`,
+      ),
+    );
+  }
+}
+
+/** Undoing a failed create is a delete: it gets the delete budget (at most a minute), not what is left of create's. */
+function cleanupDeadline(inputs: KvmProxyInputs): Deadline {
+  return Deadline.afterSeconds(
+    Math.min(inputs.timeouts.deleteSeconds, 60),
+    "timeouts.deleteSeconds (removing what a failed create made)",
+  );
+}
+
+/** The same error class, with what happened afterwards appended. */
+function noted(error: unknown, note: string): Error {
+  const original = toError(error);
+  const Class = errorClassOf(original) === "Permanent" ? PermanentError : TransientError;
+  return new Class(`${original.message}; ${note}`, { cause: original });
 }
 
 async function ensureOverlay(
   host: LibvirtHost,
-  pool: Awaited<ReturnType<LibvirtHost["pool"]>>,
+  attempt: CreateAttempt,
   inputs: KvmProxyInputs,
   base: BaseImage,
-  created: string[],
 ): Promise<string> {
   const name = overlayVolumeName(inputs.vmName);
-  if (await host.findVolume(pool, name)) return name;
+  if (await host.findVolume(attempt.pool, name)) return name;
   const capacity = overlayCapacity(inputs.diskGiB, base.virtualBytes);
   if ("problem" in capacity) throw new PermanentError(capacity.problem);
+  attempt.creating(name);
   await host.createVolume(
-    pool,
+    attempt.pool,
     name,
     overlayVolumeXml(name, capacity.bytes, { path: base.path, format: base.format }),
   );
-  created.push(name);
   return name;
 }
 
@@ -310,7 +394,12 @@ export async function read(id: string, props: Props): Promise<pulumi.dynamic.Rea
       `id ${JSON.stringify(id)} names host ${idHost}, but the connection reaches ${session.label}; pass the connection of that host or use the id hosts/${session.label}/domains/${vmName}`,
     );
   const handle = await findDomainOf(session.host, props, vmName);
-  if (handle === undefined) return {}; // gone: Pulumi drops it from state
+  if (handle === undefined)
+    // Gone: Pulumi drops it from state. A partial create recorded before its domain existed stays
+    // while its volumes do, so a refresh never turns them into leftovers that state does not name.
+    return isIncompleteCreate(props) && (await perVmVolumesRemain(session, target.pool, vmName))
+      ? { id, props }
+      : {};
   const description = parseDomainXml(await session.host.definedXml(handle));
   const what = `domain ${description.name} on ${session.label}`;
   const mark = requireOurs(description.mark, target, what, adopting);
@@ -374,8 +463,26 @@ async function diskCapacityOf(
   return volume ? (await host.volumeInfo(volume)).capacity : undefined;
 }
 
-/** In-place changes only (credentials, readiness, timeouts): no VM is touched. */
-export async function update(_id: string, olds: Props, news: Props): Promise<{ outs: Props }> {
+async function perVmVolumesRemain(
+  session: HostSession,
+  poolName: string,
+  vmName: string,
+): Promise<boolean> {
+  const pool = await session.host.findPool(poolName);
+  if (pool === undefined) return false;
+  for (const name of [overlayVolumeName(vmName), seedVolumeName(vmName)])
+    if (await session.host.findVolume(pool, name)) return true;
+  return false;
+}
+
+/**
+ * In-place changes only (credentials, readiness, timeouts): no VM is touched.
+ * A partial create in state is the exception: the engine calls update on it at
+ * the next `up`, and update continues the create (same host and name, so the
+ * same id).
+ */
+export async function update(id: string, olds: Props, news: Props): Promise<{ outs: Props }> {
+  if (isIncompleteCreate(olds)) return continueCreate(id, news);
   const inputs = checkedInputs(news);
   const previous = olds as unknown as KvmProxyOutputs;
   return {
@@ -392,6 +499,15 @@ export async function update(_id: string, olds: Props, news: Props): Promise<{ o
       libvirtUuid: previous.libvirtUuid,
     }),
   };
+}
+
+async function continueCreate(id: string, news: Props): Promise<{ outs: Props }> {
+  const created = await create(news);
+  if (created.id !== id)
+    throw new PermanentError(
+      `continuing the create of ${id} reached ${created.id}; run pulumi refresh, then up again`,
+    );
+  return { outs: created.outs };
 }
 
 /**
@@ -485,6 +601,7 @@ const OUTPUT_KEYS = [
   "seedSha256",
   "createdAt",
   "libvirtUuid",
+  CREATE_INCOMPLETE_KEY,
 ];
 function stripOutputs(raw: Props): Props {
   const inputs: Props = {};
@@ -539,7 +656,7 @@ function seedInputOf(inputs: KvmProxyInputs) {
 function outputsOf(
   session: HostSession,
   inputs: KvmProxyInputs,
-  domain: DefinedDomain,
+  parts: RecordedParts,
   live: { ip: string | null; state: VmState },
 ): KvmProxyOutputs {
   return {
@@ -549,10 +666,10 @@ function outputsOf(
     mac: macAddressFor(inputs.vmName),
     state: live.state,
     endpoint: live.ip ? endpointOf(live.ip, inputs) : null,
-    imageVolume: domain.imageVolume,
-    seedSha256: domain.seedSha256,
-    createdAt: domain.mark.createdAt,
-    libvirtUuid: domain.uuid,
+    imageVolume: parts.imageVolume,
+    seedSha256: parts.seedSha256,
+    createdAt: parts.createdAt,
+    libvirtUuid: parts.uuid,
   };
 }
 

@@ -134,6 +134,13 @@ export interface SerialHandler {
   onStream(packet: Packet): void;
   /** The connection died; nothing more will arrive. */
   onConnectionLost(error: LibvirtTransportError): void;
+  /**
+   * True once nobody waits for this serial any more and it stays registered
+   * only to answer a late reply (a stream cancelled before the daemon
+   * answered its call). Such a serial is not a call in flight: it must not
+   * keep an idle link open.
+   */
+  readonly lingering?: boolean;
 }
 
 export interface CoreStats {
@@ -172,8 +179,11 @@ export class RpcCore {
     return this.lostWith;
   }
 
+  /** Calls somebody still waits for (serials kept only for a late reply do not count). */
   get inFlight(): number {
-    return this.handlers.size;
+    let waiting = 0;
+    for (const handler of this.handlers.values()) if (handler.lingering !== true) waiting++;
+    return waiting;
   }
 
   /**

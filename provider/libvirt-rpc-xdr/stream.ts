@@ -79,6 +79,11 @@ abstract class StreamMachine<Phase extends string> implements SerialHandler {
     this.done.catch(() => undefined);
   }
 
+  /** Finished for the caller, registered only to abort the stream a late reply would open. */
+  get lingering(): boolean {
+    return this.finished && this.abortOnLateReply;
+  }
+
   protected abstract get finished(): boolean;
   protected abstract markFinished(outcome: "done" | "failed"): void;
   protected abstract cleanup(): void;

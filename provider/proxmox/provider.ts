@@ -12,7 +12,7 @@ import {
   OwnershipMark,
 } from "../common/mark";
 import { logToEngine } from "../common/engine-log";
-import { PartialCreateError } from "../common/partial-create";
+import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
 import { waitForTcpPort } from "../common/readiness";
 import { FormFields, ProxmoxClient } from "./client";
 import { isTaskFailure, isVmidTaken } from "./classify";
@@ -99,17 +99,35 @@ export async function diff(_id: string, olds: Props, news: Props): Promise<DiffD
 
 // ---------------------------------------------------------------- create
 
+/**
+ * Never leaks: a failed clone is removed by PVE itself, and once the VM exists
+ * every failure hands Pulumi a partial create (the VM is in state; the next
+ * `up` continues it through update, `destroy` removes it with its seed).
+ */
 export async function create(inputs: Props): Promise<{ id: string; outs: ProxmoxProxyOutputs }> {
+  try {
+    return await createSteps(inputs);
+  } catch (error) {
+    // The record must carry the serialized provider, or Pulumi could never delete it.
+    throw error instanceof PartialCreateError
+      ? new PartialCreateError(error.id, error.properties, error.cause as Error, inputs)
+      : error;
+  }
+}
+
+async function createSteps(
+  inputs: Props,
+  /** Set when update continues a recorded partial create: the id (and so the VMID) is fixed. */
+  pinned?: VmRef,
+): Promise<{ id: string; outs: ProxmoxProxyOutputs }> {
   const spec = checkedInputs(inputs);
   const client = clientFor(spec);
   const deadline = Deadline.afterSeconds(spec.timeouts.createSeconds, "timeouts.createSeconds");
   const where = `VM ${spec.vmName} on node ${spec.node}`;
   const step = stepsWithin(deadline, spec.vmName);
-  const vm = await step("clone", () => ensureVm(client, spec, deadline)).catch((error) => {
-    throw error instanceof PartialCreateError
-      ? error
-      : withContext(error, { operation: "create", resource: where });
-  });
+  const vm = await step("clone", () => ensureVm(client, spec, deadline, pinned)).catch((error) =>
+    recordCloneLeftBehind(client, spec, error, where, pinned),
+  );
   const id = resourceId(vm.ref);
   let outs = initialOutputs(spec, vm);
   try {
@@ -149,6 +167,7 @@ async function ensureVm(
   client: ProxmoxClient,
   spec: ProxmoxProxyInputs,
   deadline: Deadline,
+  pinned?: VmRef,
 ): Promise<EnsuredVm> {
   for (;;) {
     deadline.check(`finding or cloning ${spec.vmName}`);
@@ -156,11 +175,15 @@ async function ensureVm(
     const existing = entries.find(
       (entry) => entry.node === spec.node && entry.name === spec.vmName,
     );
+    if (existing !== undefined && pinned !== undefined && existing.vmid !== pinned.vmid)
+      throw new PermanentError(
+        `${spec.vmName} is VMID ${existing.vmid} on node ${spec.node}, but state records VMID ${pinned.vmid}; run pulumi refresh, then up again`,
+      );
     if (existing !== undefined) {
       progress(spec.vmName, `found VMID ${existing.vmid} from an earlier attempt; adopting it`);
       return adoptExisting(client, spec, { node: spec.node, vmid: existing.vmid }, deadline);
     }
-    const choice = await chooseVmid(client, spec, entries, deadline);
+    const choice = await chooseVmid(client, spec, entries, deadline, pinned);
     if (choice.busy) {
       progress(
         spec.vmName,
@@ -224,9 +247,12 @@ async function chooseVmid(
   spec: ProxmoxProxyInputs,
   entries: ClusterVmEntry[],
   deadline: Deadline,
+  pinned?: VmRef,
 ): Promise<{ ref: VmRef; busy: boolean }> {
   const byVmid = new Map(entries.map((entry) => [entry.vmid, entry]));
-  for (const vmid of vmidCandidates(spec.vmName, spec.vmidRange)) {
+  const candidates =
+    pinned === undefined ? vmidCandidates(spec.vmName, spec.vmidRange) : [pinned.vmid];
+  for (const vmid of candidates) {
     const entry = byVmid.get(vmid);
     const ref = { node: entry?.node ?? spec.node, vmid };
     // A nameless entry is mid-clone (F8) and may be our own crashed attempt.
@@ -237,8 +263,48 @@ async function chooseVmid(
     // Not visible to us (permission-filtered) yet taken: demonstrably not ours.
     if (await isVmidFree(client, vmid, deadline)) return { ref, busy: false };
   }
+  if (pinned !== undefined)
+    throw new PermanentError(
+      `VMID ${pinned.vmid}, which state records for ${spec.vmName}, now holds another VM; run pulumi refresh, then up again`,
+    );
   throw new PermanentError(
     `no free VMID in vmidRange ${spec.vmidRange.first}-${spec.vmidRange.last}; widen vmidRange`,
+  );
+}
+
+/**
+ * The clone step failed for good (deadline, network). A clone whose answer or
+ * task we lost may still have made our VM: if a VM by our name and with our
+ * mark is there, it is recorded rather than left behind. One look, 10 s.
+ */
+async function recordCloneLeftBehind(
+  client: ProxmoxClient,
+  spec: ProxmoxProxyInputs,
+  error: unknown,
+  where: string,
+  pinned?: VmRef,
+): Promise<never> {
+  if (error instanceof PartialCreateError) throw error;
+  const failure = withContext(error, { operation: "create", resource: where });
+  // A failed clone task is cleaned up by PVE: nothing of ours can be left.
+  if (isTaskFailure(error)) throw failure;
+  const look = new Deadline(10_000, "the 10 s look for a clone left behind");
+  const found = await listVms(client, look).then(
+    (entries) => entries.find((entry) => entry.node === spec.node && entry.name === spec.vmName),
+    () => undefined,
+  );
+  // A continued create records only the VMID state already names.
+  if (found === undefined || (pinned !== undefined && found.vmid !== pinned.vmid)) throw failure;
+  const ref = { node: spec.node, vmid: found.vmid };
+  const mark = await getConfig(client, ref, look).then(
+    (config) => requireOurs(config, ref, spec.vmName, spec.owner),
+    () => undefined,
+  );
+  if (mark === undefined) throw failure;
+  throw new PartialCreateError(
+    resourceId(ref),
+    plain(initialOutputs(spec, { ref, mark })),
+    failure,
   );
 }
 
@@ -497,8 +563,14 @@ function ownerFromMark(config: Record<string, string | undefined>, ref: VmRef): 
 
 // ---------------------------------------------------------------- update
 
-/** In place: nothing about the VM changes except its tags (metadata), written in one config call. */
+/**
+ * In place: nothing about the VM changes except its tags (metadata), written in
+ * one config call. A partial create in state is the exception: the engine
+ * calls update on it at the next `up`, and update continues the create on the
+ * VMID state records.
+ */
 export async function update(id: string, olds: Props, news: Props): Promise<{ outs: Props }> {
+  if (isIncompleteCreate(olds)) return continueCreate(id, news);
   const spec = checkedInputs(news);
   if (!sameValue(olds.tags, spec.tags)) {
     const ref = parseResourceId(id);
@@ -529,6 +601,17 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   const endpoint =
     typeof carried.ip === "string" ? `http://${carried.ip}:${port}` : (carried.endpoint ?? null);
   return { outs: plain({ ...carried, ...spec, endpoint }) };
+}
+
+async function continueCreate(id: string, news: Props): Promise<{ outs: Props }> {
+  try {
+    const { outs } = await createSteps(news, parseResourceId(id));
+    return { outs: plain({ ...outs }) };
+  } catch (error) {
+    throw error instanceof PartialCreateError
+      ? new PartialCreateError(id, error.properties, error.cause as Error, news)
+      : error;
+  }
 }
 
 // ---------------------------------------------------------------- delete

@@ -125,6 +125,13 @@ export class LibvirtConnectionPool<Target> {
     return this.live.size;
   }
 
+  /** Calls somebody still waits for, over every live link (a failed operation must leave none). */
+  get callsInFlight(): number {
+    let calls = 0;
+    for (const connection of this.live.values()) calls += connection.inFlight;
+    return calls;
+  }
+
   /** Closes every connection; never blocks longer than each connection's close bound. */
   async closeAll(): Promise<void> {
     const dials = [...this.dialing.values()];

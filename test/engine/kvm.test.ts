@@ -16,6 +16,7 @@ import {
 import {
   captureResourceInputs,
   DynamicProviderServer,
+  EngineCallError,
   FakeEngine,
   packIntoConsumerProject,
   type ConsumerProject,
@@ -228,5 +229,59 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     await server.delete(urn, created.id, updated);
     const gone = await server.read(urn, created.id, updated, inputs);
     assert.equal(gone.id, "");
+  });
+
+  it("records a failed create so the engine can continue it (update) and destroy it (delete) over gRPC", async () => {
+    const server = await startServer();
+    await server.configure({});
+    const recordOf = async (name: string, overrides: Props) => {
+      const captured = captureResourceInputs(project, "KvmProxy", name, programArgs(overrides));
+      const checked = await server.check(captured.urn, {}, captured.inputs);
+      assert.deepEqual(checked.failures, []);
+      const error = await server.create(captured.urn, checked.inputs).then(
+        () => undefined,
+        (failure: unknown) => failure,
+      );
+      assert.ok(error instanceof EngineCallError, `create should fail: ${String(error)}`);
+      return { urn: captured.urn, inputs: checked.inputs, captured, failure: error };
+    };
+
+    // Readiness that never comes: the running VM is recorded; the next up (update) continues it.
+    const slow = await recordOf("edge-r", {
+      readiness: { mode: "address" },
+      timeouts: { createSeconds: 120, readySeconds: 2, deleteSeconds: 120 },
+    });
+    const record = slow.failure.initFailure;
+    assert.ok(record, `a partial create, got: ${slow.failure.message}`);
+    cleanups.push(() => server.delete(slow.urn, record.id, record.properties));
+    assert.equal(record.properties.__provider, slow.inputs.__provider);
+    assert.equal(record.properties.createIncomplete, true);
+    const relaxed = await server.check(slow.urn, slow.inputs, {
+      ...slow.captured.inputs,
+      readiness: { mode: "none" },
+    });
+    assert.equal(relaxed.inputs.vmName, slow.inputs.vmName, "the record keeps its name");
+    const diff = await server.diff(slow.urn, record.id, record.properties, relaxed.inputs);
+    assert.deepEqual(diff.replaces, []);
+    const outs = await server.update(slow.urn, record.id, record.properties, relaxed.inputs);
+    assert.equal(outs.state, "running");
+    assert.equal(outs.createIncomplete, undefined, "complete now");
+    assert.equal(outs.libvirtUuid, record.properties.libvirtUuid, "the same VM, continued");
+    await server.delete(slow.urn, record.id, outs);
+    assert.equal((await server.read(slow.urn, record.id, outs, relaxed.inputs)).id, "");
+
+    // A bridge that does not exist: either nothing was made, or destroy removes the record.
+    const broken = await recordOf("edge-x", { network: { bridge: "br-engine404" } });
+    const brokenRecord = broken.failure.initFailure;
+    if (brokenRecord !== undefined) {
+      await server.delete(broken.urn, brokenRecord.id, brokenRecord.properties);
+      const gone = await server.read(
+        broken.urn,
+        brokenRecord.id,
+        brokenRecord.properties,
+        broken.inputs,
+      );
+      assert.equal(gone.id, "");
+    }
   });
 });

@@ -260,6 +260,65 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     assert.equal(sim.vms.has(Number(created.properties.vmid)), false);
   });
 
+  it("continues a partial create at the next up (update on the record) and deletes a record as destroy does", async () => {
+    const server = await startServer();
+    await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
+    const timeouts = { createSeconds: 60, readySeconds: 1, deleteSeconds: 60 };
+    const record = async (name: string) => {
+      const captured = captureResourceInputs(
+        project,
+        "ProxmoxProxy",
+        name,
+        programArgs({ timeouts }),
+      );
+      const checked = await server.check(captured.urn, {}, captured.inputs);
+      sim.options.agentNeverUp = true;
+      try {
+        const error = await server.create(captured.urn, checked.inputs).then(
+          () => undefined,
+          (failure: unknown) => failure,
+        );
+        assert.ok(error instanceof EngineCallError && error.initFailure, String(error));
+        return { urn: captured.urn, inputs: checked.inputs, ...error.initFailure };
+      } finally {
+        sim.options.agentNeverUp = false;
+      }
+    };
+    const vmidOf = (id: string) => Number(/(\d+)$/.exec(id)![1]);
+
+    // The engine stores the record's properties as outputs; they carry the provider code.
+    const continued = await record("edge-d");
+    assert.equal(continued.properties.__provider, continued.inputs.__provider);
+    assert.equal(continued.properties.createIncomplete, true);
+    // Next up: diff finds nothing to change; the engine still runs update (the resource has init errors).
+    const diff = await server.diff(
+      continued.urn,
+      continued.id,
+      continued.properties,
+      continued.inputs,
+    );
+    assert.deepEqual(diff.replaces, []);
+    const outs = await server.update(
+      continued.urn,
+      continued.id,
+      continued.properties,
+      continued.inputs,
+    );
+    assert.equal(outs.state, "running");
+    assert.match(String(outs.ip), /^192\.168\./);
+    assert.equal(outs.createIncomplete, undefined, "complete now");
+    await server.delete(continued.urn, continued.id, outs);
+    assert.equal(sim.vms.has(vmidOf(continued.id)), false);
+
+    // destroy of a record: delete receives the record's properties and finds the provider in them.
+    const destroyed = await record("edge-e");
+    assert.ok(sim.vms.has(vmidOf(destroyed.id)));
+    await server.delete(destroyed.urn, destroyed.id, destroyed.properties);
+    await sim.settle();
+    assert.equal(sim.vms.has(vmidOf(destroyed.id)), false);
+    assert.equal(sim.isoFile("seeds", `${String(destroyed.inputs.vmName)}-seed.iso`), undefined);
+  });
+
   it("returns a partially created resource (ErrorResourceInitFailed) when the agent never answers", async () => {
     const server = await startServer();
     await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });

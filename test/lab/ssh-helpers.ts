@@ -103,3 +103,39 @@ export function signalAll(pids: number[], signal: NodeJS.Signals): void {
     }
   }
 }
+
+/** Socket inodes this process holds. */
+function socketInodesOfThisProcess(): Set<string> {
+  const inodes = new Set<string>();
+  for (const fd of readdirSync("/proc/self/fd")) {
+    try {
+      const match = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/self/fd/${fd}`));
+      if (match) inodes.add(match[1]!);
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return inodes;
+}
+
+/**
+ * The sshd processes serving every SSH link this process has open to the lab
+ * (the provider's pooled link included), found by the client ports this
+ * process holds: cutting them is a link lost mid-operation, and nobody
+ * else's session is touched.
+ */
+export function sshdServingThisProcess(lab: LabEnv): number[] {
+  const mine = socketInodesOfThisProcess();
+  const hexPort = lab.sshPort.toString(16).toUpperCase().padStart(4, "0");
+  const pids = new Set<number>();
+  for (const line of readFileSync("/proc/net/tcp", "utf8").split("\n").slice(1)) {
+    const fields = line.trim().split(/\s+/);
+    if (fields.length < 10 || !fields[2]?.endsWith(`:${hexPort}`) || !mine.has(fields[9]!))
+      continue;
+    const clientPort = parseInt(fields[1]!.split(":")[1]!, 16);
+    for (const pid of holdersOf(serverSocketInodes(lab.sshPort, clientPort)))
+      if (pid !== process.pid && readFileSync(`/proc/${pid}/comm`, "utf8").trim() === "sshd")
+        pids.add(pid);
+  }
+  return [...pids];
+}

@@ -542,8 +542,15 @@ export class PveSimulator {
     const vm: SimVm = { vmid: newid, status: "stopped", paused: false, config: { lock: "clone" } };
     this.vms.set(newid, vm);
     // The UPID carries the source vmid.
-    return this.startTask(caller, "qmclone", String(source), async (log) => {
-      try {
+    // PVE removes the half-made VM when the clone task fails.
+    const removeHalfMade = () => {
+      if (this.vms.get(newid) === vm) this.vms.delete(newid);
+    };
+    return this.startTask(
+      caller,
+      "qmclone",
+      String(source),
+      async (log) => {
         log(`create full clone of drive scsi0 (${template.config.scsi0?.split(",")[0]})`);
         await this.withStorageLock(storageId, log);
         await sleep(this.taskMs("qmclone"));
@@ -561,12 +568,9 @@ export class PveSimulator {
         if (form.description !== undefined) config.description = form.description;
         log("transferred 3.0 GiB of 3.0 GiB (100.00%)");
         if (this.vms.get(newid) === vm) vm.config = config;
-      } catch (error) {
-        // PVE removes the half-made VM when the clone task fails.
-        if (this.vms.get(newid) === vm) this.vms.delete(newid);
-        throw error;
-      }
-    });
+      },
+      removeHalfMade,
+    );
   }
 
   /**
@@ -976,6 +980,8 @@ export class PveSimulator {
     type: TaskType,
     id: string,
     body: (log: (line: string) => void) => Promise<void>,
+    /** What PVE undoes when the task fails, injected failures included (a failed clone's VM). */
+    onFailure?: () => void,
   ): string {
     const pid = this.nextPid++;
     const starttime = Math.floor(Date.now() / 1000);
@@ -1007,6 +1013,7 @@ export class PveSimulator {
         task.exitstatus = "OK";
         log("TASK OK");
       } catch (error) {
+        onFailure?.();
         const message = error instanceof Error ? error.message : String(error);
         task.exitstatus = message;
         log(`TASK ERROR: ${message}`);

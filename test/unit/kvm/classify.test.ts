@@ -5,6 +5,7 @@ import {
   classifyImageFetchError,
   classifyImageHttpStatus,
   classifyLibvirtError,
+  outcomeUnknown,
 } from "../../../provider/kvm/classify";
 import { ImageSourceRefusedError } from "../../../provider/kvm/image-source-policy";
 import {
@@ -206,4 +207,19 @@ describe("classifyImageHttpStatus", () => {
     assert.match(classified.message, /redirected to https:\/\/cdn\.example\/blob\/x\.qcow2\?…/);
     assert.doesNotMatch(classified.message, /abcdef0123/);
   });
+describe("outcomeUnknown: may a failed call still have happened on the host?", () => {
+  const cases: Array<[string, unknown, boolean]> = [
+    ["the daemon refused it (no space)", daemon(ErrorCode.INTERNAL_ERROR, "No space left"), false],
+    ["the link died before the answer", new LibvirtTransportError("closed", "gone"), true],
+    ["we stopped waiting for the answer", new LibvirtTimeoutError("domainDefineXml", 10), true],
+    ["the caller aborted it", new LibvirtAbortedError("domainDefineXml"), true],
+    ["the link could not even be dialled", new SshConnectError("refused"), false],
+    ["a plain error of ours", new Error("bug"), false],
+  ];
+  for (const [what, raw, expected] of cases) {
+    it(`${expected ? "yes" : "no"}: ${what}, also once classified`, () => {
+      assert.equal(outcomeUnknown(raw), expected);
+      assert.equal(outcomeUnknown(classifyLibvirtError(raw, { operation: "x" })), expected);
+    });
+  }
 });

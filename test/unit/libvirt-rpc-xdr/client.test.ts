@@ -387,6 +387,22 @@ describe("libvirt connection over a scripted peer", () => {
       conn.destroy();
     });
 
+    it("stops counting an upload as in flight once it timed out before the daemon answered its call", async () => {
+      const daemon = new FakeDaemon();
+      const conn = await daemon.open();
+      const upload = conn.upload({ vol }, chunkedSource(5), { timeoutMs: 20 });
+      const call = await daemon.nextCall(208);
+      assert.equal(conn.inFlight, 1, "counted while the caller waits");
+      assert.ok((await rejectionOf(upload)) instanceof LibvirtTimeoutError);
+      assert.equal(conn.inFlight, 0, "nobody waits: the link may be closed when idle");
+      // The serial still answers the late reply, so the daemon frees the stream it opened.
+      daemon.reply(call);
+      const abort = await daemon.nextStream(call.header.serial, MessageStatus.ERROR);
+      assert.equal(abort.body.length, 0);
+      assert.equal(conn.inFlight, 0);
+      conn.destroy();
+    });
+
     it("fails with the link when the peer hangs up mid-upload", async () => {
       const daemon = new FakeDaemon({ clientHighWaterMark: 1024 });
       const conn = await daemon.open();

@@ -1,10 +1,12 @@
 import assert from "node:assert/strict";
+import { Readable } from "node:stream";
 import {
   LibvirtError,
   LibvirtTransportError,
   type LibvirtConnection,
 } from "../../../provider/libvirt-rpc-xdr";
 import { LibvirtConnectionPool, sshTargetKey } from "../../../provider/ssh";
+import { FakeDaemon } from "../libvirt-rpc-xdr/fake-daemon";
 
 interface Target {
   host: string;
@@ -143,6 +145,24 @@ describe("per-host libvirt connection pool", () => {
     assert.equal(idle.isClosed, true);
     assert.equal(busy.isClosed, false);
     assert.notEqual(await pool.get(target), idle, "the next call dials afresh");
+    await pool.closeAll();
+  });
+
+  it("closes an idle link whose only upload timed out before the daemon answered (a silent daemon)", async () => {
+    const daemon = new FakeDaemon();
+    const pool = new LibvirtConnectionPool<Target>({
+      keyOf: sshTargetKey,
+      idleCloseMs: 30,
+      // The fake daemon does not answer CONNECT_CLOSE: a short polite-close bound keeps the test quick.
+      dial: () => daemon.open({ closeTimeoutMs: 20 }),
+    });
+    const conn = await pool.get(target);
+    const vol = { pool: "lab", name: "seed.iso", key: "/pool/seed.iso" };
+    const source = Readable.from([Buffer.alloc(16)]);
+    await assert.rejects(conn.upload({ vol }, source, { timeoutMs: 10 }), /deadline/);
+    assert.equal(pool.callsInFlight, 0, "a call nobody waits for is not in flight");
+    for (let i = 0; i < 150 && !conn.isClosed; i++) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(conn.isClosed, true, "the idle link was closed");
     await pool.closeAll();
   });
 
