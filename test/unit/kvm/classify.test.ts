@@ -207,6 +207,8 @@ describe("classifyImageHttpStatus", () => {
     assert.match(classified.message, /redirected to https:\/\/cdn\.example\/blob\/x\.qcow2\?…/);
     assert.doesNotMatch(classified.message, /abcdef0123/);
   });
+});
+
 describe("outcomeUnknown: may a failed call still have happened on the host?", () => {
   const cases: Array<[string, unknown, boolean]> = [
     ["the daemon refused it (no space)", daemon(ErrorCode.INTERNAL_ERROR, "No space left"), false],
