@@ -68,6 +68,9 @@ export function classifyLibvirtError(
     }
     return new PermanentError(detail, full);
   }
+  // The local socket refused this user (not in the libvirt group): no retry changes that.
+  if (error instanceof LibvirtTransportError && isAccessDenied(error.cause))
+    return new PermanentError(detail, full);
   if (
     error instanceof LibvirtTransportError ||
     error instanceof LibvirtTimeoutError ||
@@ -93,4 +96,9 @@ export function classifyLibvirtError(
     return new PermanentError(detail, full);
   }
   return new PermanentError(detail, full);
+}
+
+function isAccessDenied(cause: unknown): boolean {
+  const code = (cause as NodeJS.ErrnoException | undefined)?.code;
+  return code === "EACCES" || code === "EPERM";
 }
