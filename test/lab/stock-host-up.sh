@@ -72,8 +72,13 @@ if [ "${1:-}" = link ]; then
 fi
 
 # `stock-host-up.sh reset`: back to the packages' state (network default inactive and not autostarted,
-# no pool default), undoing what `doctor --fix` and a test's proxies left. Domains are the tests' to remove.
+# no pool default), undoing what `doctor --fix` and a test's proxies left (domains included: this host is
+# the tests' own).
 if [ "${1:-}" = reset ]; then
+  for d in $(V list --all --name 2>/dev/null); do
+    V destroy "$d" >/dev/null 2>&1 || true
+    V undefine "$d" --nvram >/dev/null 2>&1 || V undefine "$d" >/dev/null
+  done
   V net-destroy default >/dev/null 2>&1 || true
   V net-autostart default --disable >/dev/null 2>&1 || true
   if V pool-info default >/dev/null 2>&1; then
