@@ -272,7 +272,7 @@ describe("engine: the zero-config root program on a stock Debian host", function
     // The port answers as soon as the image's squid runs; cloud-init applies the pool's squid.conf a
     // little later (until then Debian's default config denies everybody but localhost).
     let response: { status: number; body: string } | undefined;
-    for (const deadline = Date.now() + 300_000; Date.now() < deadline; ) {
+    for (const deadline = Date.now() + 300_000; Date.now() < deadline;) {
       response = await getThroughProxy({ host: ip, port: 3128 }, target.url).catch(() => undefined);
       if (response?.status === 200) break;
       await new Promise((resolveSleep) => setTimeout(resolveSleep, 3000));
