@@ -6,6 +6,8 @@
  * the network `default` the packages define. Nothing is installed, no other
  * name is touched, nothing is removed. Returns what it did, in words.
  */
+import { errorClassOf } from "../../provider/common/errors";
+import { safeErrorMessage } from "../../provider/common/redact";
 import type { LibvirtHost } from "../../provider/kvm/host";
 import type { Finding, SafeFix } from "../../provider/kvm/preflight";
 
@@ -35,14 +37,24 @@ async function apply(host: LibvirtHost, fix: SafeFix): Promise<string> {
   }
 }
 
-/** Applies the safe fix of every failed or warned finding that has one, in order. */
+/**
+ * Applies the safe fix of every failed or warned finding that has one, in
+ * order. A fix the host refuses (say, another pool already uses the path) is
+ * reported in words and the others still run; a dead link ends the run.
+ */
 export async function applySafeFixes(
   host: LibvirtHost,
   findings: readonly Finding[],
 ): Promise<string[]> {
   const done: string[] = [];
-  for (const finding of findings)
-    if (finding.safeFix !== undefined && finding.status !== "ok")
+  for (const finding of findings) {
+    if (finding.safeFix === undefined || finding.status === "ok") continue;
+    try {
       done.push(await apply(host, finding.safeFix));
+    } catch (error) {
+      if (errorClassOf(error) === "Transient") throw error;
+      done.push(`could not ${finding.safeFix.kind.replace(/-/g, " ")}: ${safeErrorMessage(error)}`);
+    }
+  }
   return done;
 }

@@ -5,8 +5,7 @@
  * a host that is ready. Only when the asked-for domain type is missing does a
  * second call ask whether software emulation would do.
  */
-import { errorClassOf } from "../common/errors";
-import { PermanentError } from "../common/errors";
+import { errorClassOf, PermanentError } from "../common/errors";
 import { ErrorCode, LibvirtError, ListAllFlags } from "../libvirt-rpc-xdr";
 import type { LibvirtHost } from "./host";
 import {

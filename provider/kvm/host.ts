@@ -127,7 +127,7 @@ export class LibvirtHost {
     const pool = await this.findPool(name);
     if (pool === undefined)
       throw new PermanentError(
-        `storage pool ${JSON.stringify(name)} does not exist on ${this.label}; create it (virsh pool-define-as ${name} dir --target /var/lib/libvirt/images) or set pool`,
+        `storage pool ${JSON.stringify(name)} does not exist on ${this.label}; create it (virsh pool-define-as ${name} dir --target /var/lib/libvirt/images; virsh pool-build ${name}; virsh pool-start ${name}; virsh pool-autostart ${name}, or egress-proxies doctor --fix for the pool default) or set pool`,
       );
     return pool;
   }

@@ -143,6 +143,26 @@ describe("lab: egress-proxies doctor on a stock Debian host", function () {
     assert.ok(report.hosts[0]!.checks.every((c) => c.status === "ok" || c.check === "domain-type"));
   });
 
+  it("reports a fix the host refuses, still applies the others, and exits 1", () => {
+    // Another pool already owns the distribution's image directory: libvirt refuses a second one there.
+    stockVirsh(stock, "pool-define-as", "images", "dir", "--target", "/var/lib/libvirt/images");
+    const result = egressProxies(["doctor", "--fix", ...overSsh]);
+    assert.equal(result.status, 1, result.stdout + result.stderr);
+    assert.match(
+      result.stdout,
+      /fixed on 127\.0\.0\.1:\d+: could not create default pool: .*images/,
+    );
+    assert.match(
+      result.stdout,
+      /fixed on 127\.0\.0\.1:\d+: started and autostarted the network default/,
+    );
+    assert.match(
+      result.stdout,
+      /  pool\s+FAIL\s+pool=default: no such pool \(pools: images \(inactive\)\)/,
+    );
+    assert.match(result.stdout, /  network\s+OK\s+network\.name=default: active/);
+  });
+
   it("tells a user outside group libvirt about the group and a new login, and exits 1", () => {
     const result = egressProxies(["doctor", "--socket", stock.libvirtSocket], { asNobody: true });
     assert.equal(result.status, 1, result.stdout + result.stderr);

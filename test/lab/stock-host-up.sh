@@ -72,7 +72,7 @@ if [ "${1:-}" = link ]; then
 fi
 
 # `stock-host-up.sh reset`: back to the packages' state (network default inactive and not autostarted,
-# no pool default), undoing what `doctor --fix` and a test's proxies left (domains included: this host is
+# no pools), undoing what `doctor --fix` and a test's proxies left (domains included: this host is
 # the tests' own).
 if [ "${1:-}" = reset ]; then
   for d in $(V list --all --name 2>/dev/null); do
@@ -81,12 +81,14 @@ if [ "${1:-}" = reset ]; then
   done
   V net-destroy default >/dev/null 2>&1 || true
   V net-autostart default --disable >/dev/null 2>&1 || true
-  if V pool-info default >/dev/null 2>&1; then
-    for v in $(V vol-list default 2>/dev/null | awk '{print $1}'); do V vol-delete --pool default "$v" >/dev/null; done
-    V pool-destroy default >/dev/null 2>&1 || true
-    V pool-undefine default >/dev/null
-  fi
-  log "reset: network default inactive, no pool default"
+  for pool in $(V pool-list --all --name 2>/dev/null); do # the packages define none
+    if [ "$(V pool-info "$pool" | awk '$1=="State:" {print $2}')" = running ]; then
+      for v in $(V vol-list "$pool" 2>/dev/null | awk '{print $1}'); do V vol-delete --pool "$pool" "$v" >/dev/null; done
+      V pool-destroy "$pool" >/dev/null
+    fi
+    V pool-undefine "$pool" >/dev/null
+  done
+  log "reset: network default inactive, no pools"
   exit 0
 fi
 
