@@ -345,21 +345,6 @@ export const Procedures = {
   domainShutdown: remote<DomainArgs, void>("domainShutdown", 33, writeDomainArgs, noRet),
   domainUndefine: remote<DomainArgs, void>("domainUndefine", 35, writeDomainArgs, noRet),
   networkCreate: remote<{ net: NetworkHandle }, void>("networkCreate", 39, writeNetworkArgs, noRet),
-  networkGetXmlDesc: remote<{ net: NetworkHandle; flags: number }, string>(
-    "networkGetXmlDesc",
-    43,
-    (w, a) => {
-      xdrTypes.writeNetwork(w, a.net);
-      w.uint(a.flags);
-    },
-    stringRet,
-  ),
-  networkGetAutostart: remote<{ net: NetworkHandle }, boolean>(
-    "networkGetAutostart",
-    44,
-    writeNetworkArgs,
-    flagRet,
-  ),
   // 46 in remote_protocol.x (40 is NETWORK_CREATE_XML, 41 NETWORK_DEFINE_XML); checked against libvirtd 9.0.
   networkLookupByName: remote<{ name: string }, NetworkHandle>(
     "networkLookupByName",
@@ -422,12 +407,6 @@ export const Procedures = {
       allocation: r.uhyper(),
       available: r.uhyper(),
     }),
-  ),
-  storagePoolGetAutostart: remote<{ pool: StoragePoolHandle }, boolean>(
-    "storagePoolGetAutostart",
-    89,
-    writePoolArgs,
-    flagRet,
   ),
   storagePoolSetAutostart: remote<{ pool: StoragePoolHandle; autostart: boolean }, void>(
     "storagePoolSetAutostart",
