@@ -295,7 +295,7 @@ const writePoolFlagsArgs: Encoder<PoolFlagsArgs> = (w, a) => {
   w.uint(a.flags);
 };
 const writeNetworkArgs: Encoder<{ net: NetworkHandle }> = (w, a) => xdrTypes.writeNetwork(w, a.net);
-/** The `int active` / `int autostart` replies of the *_IS_ACTIVE and *_GET_AUTOSTART procedures. */
+/** The `int active` reply of the *_IS_ACTIVE procedures. */
 const flagRet: Decoder<boolean> = (r) => r.int() !== 0;
 /** need_results + flags, as every CONNECT_LIST_ALL_* call takes them. */
 const writeListAllArgs: Encoder<{ flags: number }> = (w, a) => w.int(1).uint(a.flags);
