@@ -158,9 +158,9 @@ describe("lab: egress-proxies doctor on a stock Debian host", function () {
     );
     assert.match(
       result.stdout,
-      /  pool\s+FAIL\s+pool=default: no such pool \(pools: images \(inactive\)\)/,
+      / {2}pool\s+FAIL\s+pool=default: no such pool \(pools: images \(inactive\)\)/,
     );
-    assert.match(result.stdout, /  network\s+OK\s+network\.name=default: active/);
+    assert.match(result.stdout, / {2}network\s+OK\s+network\.name=default: active/);
   });
 
   it("tells a user outside group libvirt about the group and a new login, and exits 1", () => {
