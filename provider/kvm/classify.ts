@@ -70,6 +70,9 @@ export function classifyLibvirtError(
     }
     return new PermanentError(detail, full);
   }
+  // The local socket refused this user (not in the libvirt group): no retry changes that.
+  if (error instanceof LibvirtTransportError && isAccessDenied(error.cause))
+    return new PermanentError(detail, full);
   if (
     error instanceof LibvirtTransportError ||
     error instanceof LibvirtTimeoutError ||
@@ -201,4 +204,9 @@ export function outcomeUnknown(error: unknown): boolean {
       return true;
   }
   return false;
+}
+
+function isAccessDenied(cause: unknown): boolean {
+  const code = (cause as NodeJS.ErrnoException | undefined)?.code;
+  return code === "EACCES" || code === "EPERM";
 }

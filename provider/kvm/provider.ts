@@ -33,6 +33,7 @@ import { openHost, rememberKvmProviderConfig, type HostSession } from "./connect
 import { CreateAttempt } from "./create-attempt";
 import { KVM_CHANGE_TABLE } from "./diff";
 import { buildDomainXml, parseDomainXml, type DomainDescription } from "./domain-xml";
+import { assertHostReady } from "./host-facts";
 import type { LibvirtHost, VmState } from "./host";
 import { ensureBaseImage, type BaseImage } from "./image-cache";
 import {
@@ -117,6 +118,7 @@ export async function create(raw: Props): Promise<{ id: string; outs: Props }> {
   const inputs = checkedInputs(raw);
   const deadline = Deadline.afterSeconds(inputs.timeouts.createSeconds, "timeouts.createSeconds");
   const session = await openHost(inputs, deadline);
+  await assertHostReady(session.host, inputs); // pool, network, firmware, domain type: fail before making anything
   const id = kvmResourceId(session.label, inputs.vmName);
   const record = (parts: RecordedParts, state: VmState, error: unknown): PartialCreateError =>
     new PartialCreateError(

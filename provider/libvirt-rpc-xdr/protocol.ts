@@ -48,6 +48,9 @@ export const Limits = {
   interfacesMax: 2048,
   addressesMax: 2048,
   dhcpLeasesMax: 65536,
+  storagePoolListMax: 16384,
+  networkListMax: 16384,
+  interfaceListMax: 16384,
 } as const;
 
 export const AuthType = { NONE: 0, SASL: 1, POLKIT: 2 } as const;
@@ -79,6 +82,18 @@ export const UndefineFlags = {
 } as const;
 export const ListAllDomainsFlags = { ACTIVE: 1, INACTIVE: 2, PERSISTENT: 4, TRANSIENT: 8 } as const;
 export const StorageVolStreamFlags = { SPARSE_STREAM: 1 } as const;
+/**
+ * virConnectListAllStoragePoolsFlags / virConnectListAllNetworksFlags share
+ * these low bits; virConnectListAllInterfacesFlags has only INACTIVE and ACTIVE.
+ */
+export const ListAllFlags = {
+  INACTIVE: 1,
+  ACTIVE: 2,
+  PERSISTENT: 4,
+  TRANSIENT: 8,
+  AUTOSTART: 16,
+  NO_AUTOSTART: 32,
+} as const;
 
 // ---- shared structs ------------------------------------------------------------------------------
 
@@ -107,6 +122,13 @@ export type DomainHandle = t.StructOut<typeof domain.members>;
 export type StoragePoolHandle = t.StructOut<typeof storagePool.members>;
 export type StorageVolHandle = t.StructOut<typeof storageVol.members>;
 export type NetworkHandle = t.StructOut<typeof network.members>;
+
+/** remote_nonnull_interface: a host interface (bridge, NIC) as libvirt's interface driver lists it. */
+const hostInterface = t.struct("remote_nonnull_interface", {
+  name: remoteString,
+  mac: remoteString,
+});
+export type InterfaceHandle = t.StructOut<typeof hostInterface.members>;
 
 /** remote_domain_ip_addr */
 const domainIpAddr = t.struct("remote_domain_ip_addr", {
@@ -160,6 +182,7 @@ export const RemoteTypes = {
   network,
   storagePool,
   storageVol,
+  hostInterface,
   domainIpAddr,
   domainInterface,
   dhcpLease,
@@ -267,11 +290,18 @@ export const Procedures = {
   domainLookupByUuid: remote("domainLookupByUuid", 24, body({ uuid }), domainRet),
   domainShutdown: remote("domainShutdown", 33, domainArgs, t.empty),
   domainUndefine: remote("domainUndefine", 35, domainArgs, t.empty),
+  networkCreate: remote("networkCreate", 39, body({ net: network }), t.empty),
   networkLookupByName: remote(
     "networkLookupByName",
     46,
     body({ name: remoteString }),
     t.only("net", network),
+  ),
+  networkSetAutostart: remote(
+    "networkSetAutostart",
+    48,
+    body({ net: network, autostart: t.int }),
+    t.empty,
   ),
   connectGetHostname: remote("connectGetHostname", 59, t.empty, stringOf("hostname")),
   connectSupportsFeature: remote(
@@ -288,6 +318,24 @@ export const Procedures = {
     t.only("types", t.array(t.int, Limits.authTypeListMax)),
   ),
   authPolkit: remote("authPolkit", 70, t.empty, t.only("complete", t.intBool)),
+  storagePoolDefineXml: remote(
+    "storagePoolDefineXml",
+    77,
+    body({ xml: remoteString, flags: t.uint }),
+    t.only("pool", storagePool),
+  ),
+  storagePoolCreate: remote(
+    "storagePoolCreate",
+    78,
+    body({ pool: storagePool, flags: t.uint }),
+    t.empty,
+  ),
+  storagePoolBuild: remote(
+    "storagePoolBuild",
+    79,
+    body({ pool: storagePool, flags: t.uint }),
+    t.empty,
+  ),
   storagePoolRefresh: remote(
     "storagePoolRefresh",
     83,
@@ -305,6 +353,12 @@ export const Procedures = {
     87,
     body({ pool: storagePool }),
     storagePoolInfo,
+  ),
+  storagePoolSetAutostart: remote(
+    "storagePoolSetAutostart",
+    90,
+    body({ pool: storagePool, autostart: t.int }),
+    t.empty,
   ),
   storageVolCreateXml: remote(
     "storageVolCreateXml",
@@ -332,6 +386,18 @@ export const Procedures = {
     stringOf("xml"),
   ),
   storageVolGetPath: remote("storageVolGetPath", 100, volArgs, stringOf("name")),
+  networkIsActive: remote(
+    "networkIsActive",
+    152,
+    body({ net: network }),
+    t.only("active", t.intBool),
+  ),
+  storagePoolIsActive: remote(
+    "storagePoolIsActive",
+    154,
+    body({ pool: storagePool }),
+    t.only("active", t.intBool),
+  ),
   connectGetLibVersion: remote("connectGetLibVersion", 157, t.empty, t.only("libVer", t.uhyper)),
   domainCreateWithFlags: remote("domainCreateWithFlags", 196, domainFlagsArgs, domainRet),
   storageVolUpload: remote("storageVolUpload", 208, volStreamArgs, t.empty, "upload"),
@@ -384,11 +450,42 @@ export const Procedures = {
     body({ pool: storagePool, needResults: t.int, flags: t.uint }),
     body({ vols: t.array(storageVol, Limits.storageVolListMax), ret: t.uint }),
   ),
+  connectListAllStoragePools: remote(
+    "connectListAllStoragePools",
+    281,
+    body({ needResults: t.int, flags: t.uint }),
+    body({ pools: t.array(storagePool, Limits.storagePoolListMax), ret: t.uint }),
+  ),
+  connectListAllNetworks: remote(
+    "connectListAllNetworks",
+    283,
+    body({ needResults: t.int, flags: t.uint }),
+    body({ nets: t.array(network, Limits.networkListMax), ret: t.uint }),
+  ),
+  connectListAllInterfaces: remote(
+    "connectListAllInterfaces",
+    284,
+    body({ needResults: t.int, flags: t.uint }),
+    body({ ifaces: t.array(hostInterface, Limits.interfaceListMax), ret: t.uint }),
+  ),
   networkGetDhcpLeases: remote(
     "networkGetDhcpLeases",
     341,
     body({ net: network, mac: optionalString, needResults: t.int, flags: t.uint }),
     body({ leases: t.array(dhcpLease, Limits.dhcpLeasesMax), ret: t.uint }),
+  ),
+  /** The domain capabilities XML (`virsh domcapabilities`): firmware, machine types, what the emulator can do. */
+  connectGetDomainCapabilities: remote(
+    "connectGetDomainCapabilities",
+    342,
+    body({
+      emulatorbin: optionalString,
+      arch: optionalString,
+      machine: optionalString,
+      virttype: optionalString,
+      flags: t.uint,
+    }),
+    stringOf("capabilities"),
   ),
   domainDefineXmlFlags: remote(
     "domainDefineXmlFlags",

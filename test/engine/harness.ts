@@ -291,9 +291,12 @@ export class DynamicProviderServer {
     env: NodeJS.ProcessEnv = process.env,
     /** What the engine passes as the provider's first argument; a FakeEngine's address to see logs. */
     engineAddress = "127.0.0.1:1",
+    /** A command that execs its arguments (e.g. `unshare ...`): the provider runs under it, same PID. */
+    launcher: string[] = [],
   ): Promise<DynamicProviderServer> {
     const entry = require.resolve("@pulumi/pulumi/cmd/dynamic-provider", { paths: [project.dir] });
-    const child = spawn(process.execPath, [entry, engineAddress], {
+    const [command, ...prefix] = [...launcher, process.execPath];
+    const child = spawn(command!, [...prefix, entry, engineAddress], {
       cwd: project.dir,
       env: { ...env, PULUMI_NODEJS_PROJECT: identity.project, PULUMI_NODEJS_STACK: identity.stack },
       stdio: ["ignore", "pipe", "pipe"],

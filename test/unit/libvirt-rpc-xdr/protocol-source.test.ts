@@ -264,6 +264,9 @@ describe("libvirt protocol tables against libvirt's .x files", () => {
       interfacesMax: "REMOTE_DOMAIN_INTERFACE_MAX",
       addressesMax: "REMOTE_DOMAIN_IP_ADDR_MAX",
       dhcpLeasesMax: "REMOTE_NETWORK_DHCP_LEASES_MAX",
+      storagePoolListMax: "REMOTE_STORAGE_POOL_LIST_MAX",
+      networkListMax: "REMOTE_NETWORK_LIST_MAX",
+      interfaceListMax: "REMOTE_INTERFACE_LIST_MAX",
     };
     for (const [key, name] of Object.entries(sources)) {
       assert.equal(Limits[key as keyof typeof Limits], constant(spec, name), `${key} vs ${name}`);
