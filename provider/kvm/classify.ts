@@ -70,6 +70,9 @@ export function classifyLibvirtError(
     }
     return new PermanentError(detail, full);
   }
+  // The local socket refused this user (not in the libvirt group): no retry changes that.
+  if (error instanceof LibvirtTransportError && isAccessDenied(error.cause))
+    return new PermanentError(detail, full);
   if (
     error instanceof LibvirtTransportError ||
     error instanceof LibvirtTimeoutError ||
@@ -182,4 +185,9 @@ export function classifyImageFetchError(error: unknown, url: string): EgressProx
   if (typeof code === "string" && (TRANSIENT_FETCH_CODES.has(code) || code.startsWith("HPE_")))
     return new TransientError(failed, full);
   return new PermanentError(failed, full);
+}
+
+function isAccessDenied(cause: unknown): boolean {
+  const code = (cause as NodeJS.ErrnoException | undefined)?.code;
+  return code === "EACCES" || code === "EPERM";
 }

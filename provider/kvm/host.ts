@@ -19,6 +19,7 @@ import {
   Procedures,
   UndefineFlags,
   type DomainHandle,
+  type NetworkHandle,
   type LibvirtConnection,
   type Procedure,
   type StoragePoolHandle,
@@ -190,6 +191,86 @@ export class LibvirtHost {
         if (!isTransient(error) || this.deadline.remainingMs() < 1000) throw error;
         await new Promise((resolve) => setTimeout(resolve, Math.min(250 * attempt, 2000)));
       }
+    }
+  }
+
+  /** Defines, builds (makes the directory), starts and autostarts a pool. */
+  async definePool(name: string, xml: string): Promise<StoragePoolHandle> {
+    const resource = `pool ${name}`;
+    const pool = await this.rpc(Procedures.storagePoolDefineXml, { xml, flags: 0 }, resource);
+    await this.rpc(Procedures.storagePoolBuild, { pool, flags: 0 }, resource);
+    await this.startPool(pool);
+    return pool;
+  }
+
+  /** Starts (unless it runs) and autostarts a pool. */
+  async startPool(pool: StoragePoolHandle): Promise<void> {
+    const resource = `pool ${pool.name}`;
+    if (!(await this.rpc(Procedures.storagePoolIsActive, { pool }, resource)))
+      await this.rpc(Procedures.storagePoolCreate, { pool, flags: 0 }, resource);
+    await this.rpc(Procedures.storagePoolSetAutostart, { pool, autostart: true }, resource);
+  }
+
+  // ---- networks and host facts --------------------------------------------------------------------
+
+  findNetwork(name: string): Promise<NetworkHandle | undefined> {
+    return this.lookupOrUndefined(
+      () => this.call(Procedures.networkLookupByName, { name }),
+      ErrorCode.NO_NETWORK,
+      "networkLookupByName",
+      `network ${name}`,
+    );
+  }
+
+  /** Starts (unless it runs) and autostarts a libvirt network. */
+  async startNetwork(net: NetworkHandle): Promise<void> {
+    const resource = `network ${net.name}`;
+    if (!(await this.rpc(Procedures.networkIsActive, { net }, resource)))
+      await this.rpc(Procedures.networkCreate, { net }, resource);
+    await this.rpc(Procedures.networkSetAutostart, { net, autostart: true }, resource);
+  }
+
+  /** major·10⁶ + minor·10³ + micro */
+  async libVersion(): Promise<number> {
+    return Number(await this.rpc(Procedures.connectGetLibVersion, undefined, "libvirt version"));
+  }
+
+  /** `virsh domcapabilities --virttype <type> --arch <arch> --machine <machine>`. */
+  domainCapabilities(virttype: string, arch: string, machine: string): Promise<string> {
+    return this.rpc(
+      Procedures.connectGetDomainCapabilities,
+      { emulatorbin: null, arch, machine, virttype, flags: 0 },
+      `${virttype} domain capabilities`,
+    );
+  }
+
+  async poolNames(flags: number): Promise<string[]> {
+    const pools = await this.rpc(Procedures.connectListAllStoragePools, { flags }, "pools");
+    return pools.map((pool) => pool.name);
+  }
+
+  async networkNames(flags: number): Promise<string[]> {
+    const nets = await this.rpc(Procedures.connectListAllNetworks, { flags }, "networks");
+    return nets.map((net) => net.name);
+  }
+
+  async interfaceNames(flags: number): Promise<string[]> {
+    const ifaces = await this.rpc(Procedures.connectListAllInterfaces, { flags }, "interfaces");
+    return ifaces.map((iface) => iface.name);
+  }
+
+  private async lookupOrUndefined<T>(
+    call: () => Promise<T>,
+    goneCode: number,
+    operation: string,
+    resource: string,
+  ): Promise<T | undefined> {
+    this.deadline.check(`libvirt ${operation} on ${this.label}`);
+    try {
+      return await call();
+    } catch (error) {
+      if (isLibvirtCode(error, goneCode)) return undefined;
+      throw this.classify(error, operation, resource);
     }
   }
 

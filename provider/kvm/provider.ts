@@ -26,6 +26,7 @@ import { buildNoCloudSeed } from "../nocloud";
 import { lookUpAddress } from "./addresses";
 import { openHost, rememberKvmProviderConfig, type HostSession } from "./connect";
 import { KVM_CHANGE_TABLE } from "./diff";
+import { assertHostReady } from "./host-facts";
 import { buildDomainXml, parseDomainXml } from "./domain-xml";
 import type { LibvirtHost, VmState } from "./host";
 import { ensureBaseImage, type BaseImage } from "./image-cache";
@@ -97,6 +98,7 @@ export async function create(raw: Props): Promise<{ id: string; outs: Props }> {
   const inputs = checkedInputs(raw);
   const deadline = Deadline.afterSeconds(inputs.timeouts.createSeconds, "timeouts.createSeconds");
   const session = await openHost(inputs, deadline);
+  await assertHostReady(session.host, inputs); // pool, network, firmware, domain type: fail before making anything
   const id = kvmResourceId(session.label, inputs.vmName);
   const existing = await session.host.findDomain(inputs.vmName);
   const domain = existing

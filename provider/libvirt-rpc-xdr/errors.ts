@@ -22,6 +22,7 @@ export const ErrorCode = {
   OPERATION_DENIED: 29,
   RPC: 39,
   NO_DOMAIN: 42,
+  NO_NETWORK: 43,
   AUTH_FAILED: 45,
   NO_STORAGE_POOL: 49,
   NO_STORAGE_VOL: 50,

@@ -44,6 +44,10 @@ export const Limits = {
   interfacesMax: 2048,
   addressesMax: 2048,
   dhcpLeasesMax: 65536,
+  /** REMOTE_STORAGE_POOL_LIST_MAX, REMOTE_NETWORK_LIST_MAX, REMOTE_INTERFACE_LIST_MAX (current libvirt). */
+  storagePoolListMax: 16384,
+  networkListMax: 16384,
+  interfaceListMax: 16384,
 } as const;
 
 export const AuthType = { NONE: 0, SASL: 1, POLKIT: 2 } as const;
@@ -75,6 +79,18 @@ export const UndefineFlags = {
 } as const;
 export const ListAllDomainsFlags = { ACTIVE: 1, INACTIVE: 2, PERSISTENT: 4, TRANSIENT: 8 } as const;
 export const StorageVolStreamFlags = { SPARSE_STREAM: 1 } as const;
+/**
+ * virConnectListAllStoragePoolsFlags / virConnectListAllNetworksFlags share
+ * these low bits; virConnectListAllInterfacesFlags has only INACTIVE and ACTIVE.
+ */
+export const ListAllFlags = {
+  INACTIVE: 1,
+  ACTIVE: 2,
+  PERSISTENT: 4,
+  TRANSIENT: 8,
+  AUTOSTART: 16,
+  NO_AUTOSTART: 32,
+} as const;
 
 // ---- handles -------------------------------------------------------------------------------------
 
@@ -99,6 +115,11 @@ export interface StorageVolHandle {
 export interface NetworkHandle {
   name: string;
   uuid: Buffer;
+}
+/** remote_nonnull_interface: a host interface (bridge, NIC) as libvirt's interface driver lists it. */
+export interface InterfaceHandle {
+  name: string;
+  mac: string;
 }
 
 const UUID_LENGTH = 16;
@@ -133,6 +154,9 @@ export const xdrTypes = {
   },
   readNetwork(r: XdrReader): NetworkHandle {
     return { name: r.string(Limits.stringMax), uuid: r.fixedOpaque(UUID_LENGTH) };
+  },
+  readInterface(r: XdrReader): InterfaceHandle {
+    return { name: r.string(Limits.stringMax), mac: r.string(Limits.stringMax) };
   },
   writeOptionalString(w: XdrWriter, value: string | null | undefined): void {
     w.optional(value, (inner, s) => inner.string(s, Limits.stringMax));
@@ -265,6 +289,16 @@ const writeDomainFlagsArgs: Encoder<DomainFlagsArgs> = (w, a) => {
   w.uint(a.flags);
 };
 const readDomainRet: Decoder<DomainHandle> = (r) => xdrTypes.readDomain(r);
+const writePoolArgs: Encoder<{ pool: StoragePoolHandle }> = (w, a) => xdrTypes.writePool(w, a.pool);
+const writePoolFlagsArgs: Encoder<PoolFlagsArgs> = (w, a) => {
+  xdrTypes.writePool(w, a.pool);
+  w.uint(a.flags);
+};
+const writeNetworkArgs: Encoder<{ net: NetworkHandle }> = (w, a) => xdrTypes.writeNetwork(w, a.net);
+/** The `int active` / `int autostart` replies of the *_IS_ACTIVE and *_GET_AUTOSTART procedures. */
+const flagRet: Decoder<boolean> = (r) => r.int() !== 0;
+/** need_results + flags, as every CONNECT_LIST_ALL_* call takes them. */
+const writeListAllArgs: Encoder<{ flags: number }> = (w, a) => w.int(1).uint(a.flags);
 const writeVolStreamArgs: Encoder<VolStreamArgs> = (w, a) => {
   xdrTypes.writeVol(w, a.vol);
   w.uhyper(a.offset).uhyper(a.length).uint(a.flags);
@@ -310,12 +344,37 @@ export const Procedures = {
   ),
   domainShutdown: remote<DomainArgs, void>("domainShutdown", 33, writeDomainArgs, noRet),
   domainUndefine: remote<DomainArgs, void>("domainUndefine", 35, writeDomainArgs, noRet),
-  // 46, checked against libvirtd 9.0 (40 is NETWORK_DEFINE_XML).
+  networkCreate: remote<{ net: NetworkHandle }, void>("networkCreate", 39, writeNetworkArgs, noRet),
+  networkGetXmlDesc: remote<{ net: NetworkHandle; flags: number }, string>(
+    "networkGetXmlDesc",
+    43,
+    (w, a) => {
+      xdrTypes.writeNetwork(w, a.net);
+      w.uint(a.flags);
+    },
+    stringRet,
+  ),
+  networkGetAutostart: remote<{ net: NetworkHandle }, boolean>(
+    "networkGetAutostart",
+    44,
+    writeNetworkArgs,
+    flagRet,
+  ),
+  // 46 in remote_protocol.x (40 is NETWORK_CREATE_XML, 41 NETWORK_DEFINE_XML); checked against libvirtd 9.0.
   networkLookupByName: remote<{ name: string }, NetworkHandle>(
     "networkLookupByName",
     46,
     (w, a) => w.string(a.name, Limits.stringMax),
     (r) => xdrTypes.readNetwork(r),
+  ),
+  networkSetAutostart: remote<{ net: NetworkHandle; autostart: boolean }, void>(
+    "networkSetAutostart",
+    48,
+    (w, a) => {
+      xdrTypes.writeNetwork(w, a.net);
+      w.int(a.autostart ? 1 : 0);
+    },
+    noRet,
   ),
   connectGetHostname: remote<void, string>("connectGetHostname", 59, noArgs, stringRet),
   connectSupportsFeature: remote<{ feature: number }, boolean>(
@@ -328,13 +387,23 @@ export const Procedures = {
     r.array(Limits.authTypeListMax, (inner) => inner.int()),
   ),
   authPolkit: remote<void, boolean>("authPolkit", 70, noArgs, (r) => r.int() !== 0),
+  storagePoolDefineXml: remote<{ xml: string; flags: number }, StoragePoolHandle>(
+    "storagePoolDefineXml",
+    77,
+    (w, a) => w.string(a.xml, Limits.stringMax).uint(a.flags),
+    (r) => xdrTypes.readPool(r),
+  ),
+  storagePoolCreate: remote<PoolFlagsArgs, void>(
+    "storagePoolCreate",
+    78,
+    writePoolFlagsArgs,
+    noRet,
+  ),
+  storagePoolBuild: remote<PoolFlagsArgs, void>("storagePoolBuild", 79, writePoolFlagsArgs, noRet),
   storagePoolRefresh: remote<PoolFlagsArgs, void>(
     "storagePoolRefresh",
     83,
-    (w, a) => {
-      xdrTypes.writePool(w, a.pool);
-      w.uint(a.flags);
-    },
+    writePoolFlagsArgs,
     noRet,
   ),
   storagePoolLookupByName: remote<{ name: string }, StoragePoolHandle>(
@@ -353,6 +422,21 @@ export const Procedures = {
       allocation: r.uhyper(),
       available: r.uhyper(),
     }),
+  ),
+  storagePoolGetAutostart: remote<{ pool: StoragePoolHandle }, boolean>(
+    "storagePoolGetAutostart",
+    89,
+    writePoolArgs,
+    flagRet,
+  ),
+  storagePoolSetAutostart: remote<{ pool: StoragePoolHandle; autostart: boolean }, void>(
+    "storagePoolSetAutostart",
+    90,
+    (w, a) => {
+      xdrTypes.writePool(w, a.pool);
+      w.int(a.autostart ? 1 : 0);
+    },
+    noRet,
   ),
   storageVolCreateXml: remote<
     { pool: StoragePoolHandle; xml: string; flags: number },
@@ -404,6 +488,18 @@ export const Procedures = {
     100,
     (w, a) => xdrTypes.writeVol(w, a.vol),
     stringRet,
+  ),
+  networkIsActive: remote<{ net: NetworkHandle }, boolean>(
+    "networkIsActive",
+    152,
+    writeNetworkArgs,
+    flagRet,
+  ),
+  storagePoolIsActive: remote<{ pool: StoragePoolHandle }, boolean>(
+    "storagePoolIsActive",
+    154,
+    writePoolArgs,
+    flagRet,
   ),
   connectGetLibVersion: remote<void, bigint>("connectGetLibVersion", 157, noArgs, (r) =>
     r.uhyper(),
@@ -524,6 +620,36 @@ export const Procedures = {
     },
     (r) => ({ vols: r.array(Limits.storageVolListMax, xdrTypes.readVol), ret: r.uint() }),
   ),
+  connectListAllStoragePools: remote<{ flags: number }, StoragePoolHandle[]>(
+    "connectListAllStoragePools",
+    281,
+    writeListAllArgs,
+    (r) => {
+      const pools = r.array(Limits.storagePoolListMax, xdrTypes.readPool);
+      r.uint();
+      return pools;
+    },
+  ),
+  connectListAllNetworks: remote<{ flags: number }, NetworkHandle[]>(
+    "connectListAllNetworks",
+    283,
+    writeListAllArgs,
+    (r) => {
+      const nets = r.array(Limits.networkListMax, xdrTypes.readNetwork);
+      r.uint();
+      return nets;
+    },
+  ),
+  connectListAllInterfaces: remote<{ flags: number }, InterfaceHandle[]>(
+    "connectListAllInterfaces",
+    284,
+    writeListAllArgs,
+    (r) => {
+      const ifaces = r.array(Limits.interfaceListMax, xdrTypes.readInterface);
+      r.uint();
+      return ifaces;
+    },
+  ),
   domainGetHostname: remote<DomainFlagsArgs, string>(
     "domainGetHostname",
     277,
@@ -556,6 +682,28 @@ export const Procedures = {
       })),
       ret: r.uint(),
     }),
+  ),
+  /** The domain capabilities XML (`virsh domcapabilities`): firmware, machine types, what the emulator can do. */
+  connectGetDomainCapabilities: remote<
+    {
+      emulatorbin: string | null;
+      arch: string | null;
+      machine: string | null;
+      virttype: string | null;
+      flags: number;
+    },
+    string
+  >(
+    "connectGetDomainCapabilities",
+    342,
+    (w, a) => {
+      xdrTypes.writeOptionalString(w, a.emulatorbin);
+      xdrTypes.writeOptionalString(w, a.arch);
+      xdrTypes.writeOptionalString(w, a.machine);
+      xdrTypes.writeOptionalString(w, a.virttype);
+      w.uint(a.flags);
+    },
+    stringRet,
   ),
   domainDefineXmlFlags: remote<{ xml: string; flags: number }, DomainHandle>(
     "domainDefineXmlFlags",

@@ -48,13 +48,7 @@ export function connectUnixSocket(
     timer.unref();
     signal?.addEventListener("abort", onAbort, { once: true });
     socket.once("error", (error) =>
-      fail(
-        new LibvirtTransportError(
-          "io",
-          `cannot connect to libvirt socket ${path}: ${error.message}; is libvirtd running and is the path right?`,
-          { cause: error },
-        ),
-      ),
+      fail(new LibvirtTransportError("io", unixSocketProblem(path, error), { cause: error })),
     );
     socket.once("connect", () => {
       clearTimeout(timer);
@@ -65,6 +59,26 @@ export function connectUnixSocket(
       resolve(socket);
     });
   });
+}
+
+/**
+ * Why the socket cannot be reached, in the words that lead to the fix. On
+ * Debian and Ubuntu the socket is root:libvirt 0660/0770: a user outside the
+ * group gets EACCES, and `usermod -aG` only counts from the next login.
+ */
+export function unixSocketProblem(path: string, error: NodeJS.ErrnoException): string {
+  const prefix = `cannot connect to libvirt socket ${path}: ${error.message}`;
+  if (error.code === "EACCES" || error.code === "EPERM")
+    return (
+      `${prefix}; this user may not use it: add the user to the libvirt group ` +
+      "(sudo usermod -aG libvirt $USER) and log in again (group membership counts from the next login; " +
+      "`newgrp libvirt` or `id -nG` to check), or run as root"
+    );
+  if (error.code === "ENOENT")
+    return `${prefix}; libvirtd is not running or listens elsewhere: start it (systemctl start libvirtd, or virtqemud on modular hosts) or set socketPath`;
+  if (error.code === "ECONNREFUSED")
+    return `${prefix}; nothing accepts on it: libvirtd stopped or is restarting (systemctl status libvirtd)`;
+  return `${prefix}; is libvirtd running and is the path right?`;
 }
 
 /** Opens a libvirt connection over the local unix socket. */

@@ -214,7 +214,8 @@ function forwardSocket(
         reject(
           new SshConnectError(
             `ssh ${where}: cannot forward ${socketPath}: ${error.message}; ` +
-              "is libvirtd running there, and does sshd allow AllowStreamLocalForwarding?",
+              "is libvirtd running there, is the SSH user allowed to use the socket (root, or in the libvirt group: " +
+              "usermod -aG libvirt <user>, effective from the next login), and does sshd allow AllowStreamLocalForwarding?",
             { cause: error },
           ),
         );

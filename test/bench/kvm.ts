@@ -4,7 +4,10 @@
  * sequence in one `virsh` session over qemu+ssh:// to the same sshd: overlay,
  * seed volume + upload, define, start. Prints
  * `bench create_overhead_ratio_vs_virsh=<ours/virsh>` (lower is better) and
- * `bench create_rpc_count=<libvirt calls + streams in one create>`.
+ * `bench create_rpc_count=<libvirt calls + streams in one create>`, and what the
+ * preflight before every create costs: `bench preflight_extra_round_trips=<n>`
+ * (sequential round trips: a call issued while none is in flight starts one),
+ * `bench preflight_rpc_calls=<n>` and `bench preflight_ms=<median>`.
  */
 import { execFile } from "node:child_process";
 import { rmSync, writeFileSync } from "node:fs";
@@ -12,9 +15,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { createMark } from "../../provider/common/mark";
-import { closeAllHosts } from "../../provider/kvm/connect";
+import { Deadline } from "../../provider/common/deadline";
+import { closeAllHosts, openHost } from "../../provider/kvm/connect";
+import { assertHostReady } from "../../provider/kvm/host-facts";
 import { buildDomainXml } from "../../provider/kvm/domain-xml";
 import { macAddressFor } from "../../provider/kvm/naming";
+import type { KvmProxyInputs } from "../../provider/kvm/schema";
 import * as kvm from "../../provider/kvm/provider";
 import { LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
 import { buildNoCloudSeed } from "../../provider/nocloud";
@@ -30,19 +36,36 @@ function virshUri(lab: LabEnv): string {
   return `qemu+ssh://${lab.sshUser}@${lab.sshHost}:${lab.sshPort}/system?keyfile=${lab.clientKey}&no_verify=1`;
 }
 
-/** Counts libvirt calls and streams made through any connection while `action` runs. */
+/**
+ * Counts libvirt calls and streams made through any connection while `action`
+ * runs, and the sequential round trips among them: a call issued while no
+ * other is in flight starts a new round; calls pipelined behind it share it.
+ */
 async function countRpcs(action: () => Promise<unknown>): Promise<number> {
+  return (await countRpcRounds(action)).calls;
+}
+
+async function countRpcRounds(
+  action: () => Promise<unknown>,
+): Promise<{ calls: number; rounds: number }> {
   const prototype = LibvirtConnection.prototype as unknown as Record<
     string,
     (...args: unknown[]) => unknown
   >;
   const originals = { call: prototype.call, upload: prototype.upload };
-  let count = 0;
+  let calls = 0;
+  let rounds = 0;
+  let inFlight = 0;
   for (const name of ["call", "upload"] as const) {
     const original = originals[name];
     prototype[name] = function (this: unknown, ...args: unknown[]) {
-      count++;
-      return original.apply(this, args);
+      calls++;
+      if (inFlight === 0) rounds++;
+      inFlight++;
+      const settled = () => void inFlight--;
+      const result = original.apply(this, args) as Promise<unknown>;
+      result.then(settled, settled);
+      return result;
     };
   }
   try {
@@ -51,7 +74,7 @@ async function countRpcs(action: () => Promise<unknown>): Promise<number> {
     prototype.call = originals.call;
     prototype.upload = originals.upload;
   }
-  return count;
+  return { calls, rounds };
 }
 
 export async function runKvmBenchmarks(): Promise<void> {
@@ -98,6 +121,20 @@ export async function runKvmBenchmarks(): Promise<void> {
       await kvm.remove(result!.id, result!.outs);
     }
 
+    // The preflight alone, on the warm link every create after the first uses.
+    const preflightInputs = (await inputsFor("bench-preflight")) as unknown as KvmProxyInputs;
+    const session = await openHost(preflightInputs, Deadline.afterSeconds(60, "bench"));
+    const preflight: number[] = [];
+    let preflightCost = { calls: 0, rounds: 0 };
+    for (let round = 0; round < 5; round++)
+      preflight.push(
+        await timeMsAsync(async () => {
+          preflightCost = await countRpcRounds(() =>
+            assertHostReady(session.host, preflightInputs),
+          );
+        }),
+      );
+
     const theirs: number[] = [];
     rmSync(scratch, { recursive: true, force: true });
     await run("mkdir", ["-p", scratch]);
@@ -143,6 +180,9 @@ export async function runKvmBenchmarks(): Promise<void> {
     printBench("create_virsh_ms", median(theirs));
     printBench("create_overhead_ratio_vs_virsh", median(ours) / median(theirs));
     printBench("create_rpc_count", rpcs);
+    printBench("preflight_extra_round_trips", preflightCost.rounds);
+    printBench("preflight_rpc_calls", preflightCost.calls);
+    printBench("preflight_ms", median(preflight));
   } finally {
     rmSync(scratch, { recursive: true, force: true });
     await closeAllHosts();

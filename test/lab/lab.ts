@@ -44,7 +44,7 @@ interface RecordedProcess {
 let labReady: Promise<LabEnv> | undefined;
 const startedHere: RecordedProcess[] = [];
 
-function readPids(file: string): RecordedProcess[] {
+export function readPids(file: string): RecordedProcess[] {
   if (!existsSync(file)) return [];
   return readFileSync(file, "utf8")
     .split("\n")
@@ -53,7 +53,7 @@ function readPids(file: string): RecordedProcess[] {
     .map(([name, pid]) => ({ name: name!, pid: Number(pid) }));
 }
 
-function commandNameOf(pid: number): string | undefined {
+export function commandNameOf(pid: number): string | undefined {
   try {
     return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
   } catch {

@@ -72,6 +72,20 @@ describe("classifyLibvirtError", () => {
     ["other internal error", daemon(ErrorCode.INTERNAL_ERROR, "wrong nlmsg len"), "Permanent"],
     ["authentication required", daemon(ErrorCode.RPC, "authentication required"), "Permanent"],
     ["link lost", new LibvirtTransportError("closed", "x"), "Transient"],
+    [
+      "local socket refused this user (not in group libvirt)",
+      new LibvirtTransportError("io", "x", {
+        cause: Object.assign(new Error("connect EACCES"), { code: "EACCES" }),
+      }),
+      "Permanent",
+    ],
+    [
+      "local socket missing (libvirtd restarting)",
+      new LibvirtTransportError("io", "x", {
+        cause: Object.assign(new Error("connect ENOENT"), { code: "ENOENT" }),
+      }),
+      "Transient",
+    ],
     ["deadline", new LibvirtTimeoutError("proc", 10), "Transient"],
     ["caller abort", new LibvirtAbortedError("proc"), "Transient"],
     [

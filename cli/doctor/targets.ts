@@ -1,0 +1,181 @@
+/**
+ * Which hosts the doctor examines, and what the VMs will ask of each: the KVM
+ * backends of a stack config (the output of `pulumi config --json`), or one
+ * host described by flags (by default the local libvirt socket with
+ * KvmProxy's defaults — the zero-config root program's host). Pure apart from
+ * reading the key and known_hosts files flags name.
+ */
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+import { CONFIG_NAMESPACE, poolConfigSchema } from "../../components/stack-config";
+import { hostLabel } from "../../provider/kvm/naming";
+import type { PreflightWants } from "../../provider/kvm/preflight";
+import { kvmProxyInputsSchema, type KvmProxyInputs } from "../../provider/kvm/schema";
+
+export interface DoctorTarget {
+  /** The backend's name in the stack config, or the host's label. */
+  name: string;
+  /** How the host appears in ids ("local", "kvm1.lan", "host:2222"). */
+  label: string;
+  /** Prefix of the input paths in messages, e.g. "egress-proxies:pool.backends[0].kvm.". */
+  inputPrefix: string;
+  connectTo: Pick<KvmProxyInputs, "connection" | "socketPath">;
+  wants: PreflightWants;
+}
+
+export class TargetError extends Error {
+  override readonly name = "TargetError";
+}
+
+const shape = kvmProxyInputsSchema.shape;
+/** The KvmProxy inputs that decide where the VM goes and what it needs; other keys are ignored. */
+const hostPartSchema = z.object({
+  connection: shape.connection,
+  socketPath: shape.socketPath,
+  pool: shape.pool,
+  network: shape.network,
+  firmware: shape.firmware,
+  domainType: shape.domainType,
+});
+
+function targetOf(name: string, inputPrefix: string, raw: unknown): DoctorTarget {
+  const parsed = hostPartSchema.safeParse(raw);
+  if (!parsed.success)
+    throw new TargetError(
+      parsed.error.issues
+        .map((issue) => `${inputPrefix}${issue.path.join(".")}: ${issue.message}`)
+        .join("\n"),
+    );
+  const { connection, socketPath, pool, network, firmware, domainType } = parsed.data;
+  return {
+    name,
+    label: hostLabel(connection),
+    inputPrefix,
+    connectTo: { connection, socketPath },
+    wants: { pool, network, firmware, domainType },
+  };
+}
+
+export interface HostFlags {
+  host?: string;
+  port?: string;
+  user?: string;
+  identity?: string;
+  knownHosts?: string;
+  insecureIgnoreHostKey?: boolean;
+  socket?: string;
+  pool?: string;
+  network?: string;
+  bridge?: string;
+  firmware?: string;
+  domainType?: string;
+}
+
+function readFlagFile(flag: string, path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (error) {
+    throw new TargetError(`${flag} ${path} cannot be read: ${(error as Error).message}`);
+  }
+}
+
+/** One host from flags; what is not given is KvmProxy's default. */
+export function targetFromFlags(flags: HostFlags): DoctorTarget {
+  if (flags.network !== undefined && flags.bridge !== undefined)
+    throw new TargetError("give --network or --bridge, not both");
+  if (flags.host === undefined && (flags.port ?? flags.user ?? flags.identity) !== undefined)
+    throw new TargetError(
+      "--port, --user and --identity need --host (without it the local socket is used)",
+    );
+  const connection =
+    flags.host === undefined
+      ? undefined
+      : {
+          host: flags.host,
+          ...(flags.port !== undefined ? { port: Number(flags.port) } : {}),
+          ...(flags.user !== undefined ? { user: flags.user } : {}),
+          ...(flags.identity !== undefined
+            ? { privateKey: readFlagFile("--identity", flags.identity) }
+            : {}),
+          ...(flags.knownHosts !== undefined
+            ? { knownHosts: readFlagFile("--known-hosts", flags.knownHosts) }
+            : {}),
+          ...(flags.insecureIgnoreHostKey ? { insecureIgnoreHostKey: true } : {}),
+        };
+  const raw = {
+    ...(connection ? { connection } : {}),
+    ...(flags.socket !== undefined ? { socketPath: flags.socket } : {}),
+    ...(flags.pool !== undefined ? { pool: flags.pool } : {}),
+    ...(flags.network !== undefined ? { network: { name: flags.network } } : {}),
+    ...(flags.bridge !== undefined ? { network: { bridge: flags.bridge } } : {}),
+    ...(flags.firmware !== undefined ? { firmware: flags.firmware } : {}),
+    ...(flags.domainType !== undefined ? { domainType: flags.domainType } : {}),
+  };
+  const target = targetOf("", "", raw);
+  return { ...target, name: target.label };
+}
+
+/** One entry of `pulumi config --json`: structured values come as objectValue, the rest as text. */
+const configEntrySchema = z.object({
+  value: z.string().optional(),
+  objectValue: z.unknown().optional(),
+  secret: z.boolean().optional(),
+});
+export type StackConfigJson = Record<string, z.output<typeof configEntrySchema>>;
+
+function configValue(config: StackConfigJson, key: string): unknown {
+  const entry = config[key];
+  if (entry === undefined) return undefined;
+  if (entry.objectValue !== undefined) return entry.objectValue;
+  if (entry.secret && entry.value === "[secret]")
+    throw new TargetError(
+      `${key} is a secret shown as [secret]: run pulumi config with --show-secrets`,
+    );
+  if (entry.value !== undefined && /^\s*[[{]/.test(entry.value)) {
+    try {
+      return JSON.parse(entry.value) as unknown;
+    } catch {
+      return entry.value;
+    }
+  }
+  return entry.value;
+}
+
+/**
+ * The KVM backends of a stack config. Without `egress-proxies:pool` that is
+ * the root program's default: one proxy on the local libvirt socket.
+ */
+export function targetsFromStackConfig(json: unknown, source: string): DoctorTarget[] {
+  const entries = z.record(z.string(), configEntrySchema).safeParse(json);
+  if (!entries.success)
+    throw new TargetError(
+      `${source} is not the output of \`pulumi config --json\` (an object of { value, secret } entries)`,
+    );
+  const config = entries.data;
+  const poolKey = `${CONFIG_NAMESPACE}:pool`;
+  const rawPool = configValue(config, poolKey) ?? { backends: [{ name: "local", kvm: {} }] };
+  const pool = poolConfigSchema.safeParse(rawPool);
+  if (!pool.success)
+    throw new TargetError(
+      pool.error.issues
+        .map((issue) => `${poolKey}.${issue.path.join(".")}: ${issue.message}`)
+        .join("\n"),
+    );
+  const privateKey = configValue(config, `${CONFIG_NAMESPACE}:kvmPrivateKey`);
+  const targets: DoctorTarget[] = [];
+  pool.data.backends.forEach((backend, index) => {
+    if (!("kvm" in backend)) return;
+    const kvm = backend.kvm as Record<string, unknown>;
+    const connection = kvm.connection as Record<string, unknown> | undefined;
+    const withKey =
+      connection !== undefined &&
+      connection.privateKey === undefined &&
+      typeof privateKey === "string"
+        ? { ...kvm, connection: { ...connection, privateKey } }
+        : kvm;
+    targets.push(targetOf(backend.name, `${poolKey}.backends[${index}].kvm.`, withKey));
+  });
+  if (targets.length === 0)
+    throw new TargetError(`${poolKey} has no KVM backend: the doctor checks libvirt hosts only`);
+  return targets;
+}

@@ -1,0 +1,238 @@
+/**
+ * `egress-proxies doctor` and KvmProxy's preflight against the stock-host
+ * profile: a libvirt host exactly as Debian's packages leave it (network
+ * default defined but inactive, no pool), reached over SSH as a non-root
+ * user in group libvirt. The doctor runs as the package's bin, as users run it.
+ */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { errorClassOf } from "../../provider/common/errors";
+import { closeAllHosts } from "../../provider/kvm/connect";
+import * as kvm from "../../provider/kvm/provider";
+import { resetStockHost, stockVirsh, useStockHost, type StockHostEnv } from "./stock-fixture";
+
+/** dist/cli/main.js, as npm links the egress-proxies bin. */
+const BIN = resolve(__dirname, "..", "..", "cli", "main.js");
+
+function egressProxies(args: string[], options: { asNobody?: boolean } = {}) {
+  const command = options.asNobody
+    ? ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", process.execPath, BIN]
+    : [process.execPath, BIN];
+  const result = spawnSync(command[0]!, [...command.slice(1), ...args], {
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+  return { status: result.status, stdout: result.stdout, stderr: result.stderr };
+}
+
+interface JsonReport {
+  ok: boolean;
+  hosts: Array<{
+    name: string;
+    host: string;
+    ready: boolean;
+    problem?: string;
+    checks: Array<{
+      check: string;
+      status: string;
+      input: string;
+      fix: string[];
+      safeFix?: string;
+    }>;
+    fixed: string[];
+  }>;
+}
+
+describe("lab: egress-proxies doctor on a stock Debian host", function () {
+  this.timeout(120_000);
+  let stock: StockHostEnv;
+  let overSsh: string[];
+
+  before(async () => {
+    stock = await useStockHost();
+    overSsh = [
+      "--host",
+      stock.sshHost,
+      "--port",
+      String(stock.sshPort),
+      "--user",
+      stock.sshUser,
+      "--identity",
+      stock.clientKey,
+      "--known-hosts",
+      stock.knownHosts,
+      "--socket",
+      stock.libvirtSocket,
+    ];
+  });
+  beforeEach(() => resetStockHost());
+  after(async () => {
+    await closeAllHosts();
+    if (stock !== undefined) await resetStockHost();
+  });
+
+  it("names the missing pool and the inactive network with their fixes, and exits 1", () => {
+    const result = egressProxies(["doctor", ...overSsh]);
+    assert.equal(result.status, 1, result.stderr);
+    const lines = result.stdout.split("\n");
+    assert.match(lines[0]!, /^HOST\s+CHECK\s+STATUS\s+WHAT\s+FIX$/);
+    const row = (check: string) => lines.find((line) => line.includes(`  ${check} `)) ?? "";
+    assert.match(row("libvirt-version"), /OK\s+firmware=uefi: libvirt \d+\.\d+\.\d+/);
+    assert.match(row("firmware"), /OK\s+firmware=uefi: UEFI firmware/);
+    assert.match(row("domain-type"), /(OK|FAIL)\s+domainType=kvm/);
+    assert.match(
+      row("pool"),
+      /FAIL\s+pool=default: no such pool \(no pools at all\).*virsh pool-define-as default dir --target \/var\/lib\/libvirt\/images; virsh pool-build default; virsh pool-start default; virsh pool-autostart default \[--fix does this\]/,
+    );
+    assert.match(
+      row("network"),
+      /FAIL\s+network\.name=default: defined but not active.*virsh net-start default; virsh net-autostart default \[--fix does this\]/,
+    );
+    assert.match(
+      result.stdout,
+      /1 of 1 host\(s\) not ready; `egress-proxies doctor --fix` applies/,
+    );
+    assert.doesNotMatch(result.stdout + result.stderr, /PRIVATE KEY/);
+  });
+
+  it("--json says the same as one document", () => {
+    const result = egressProxies(["doctor", "--json", ...overSsh]);
+    assert.equal(result.status, 1, result.stderr);
+    const report = JSON.parse(result.stdout) as JsonReport;
+    assert.equal(report.ok, false);
+    assert.equal(report.hosts.length, 1);
+    const host = report.hosts[0]!;
+    assert.equal(host.host, `${stock.sshHost}:${stock.sshPort}`);
+    assert.equal(host.ready, false);
+    const status = Object.fromEntries(host.checks.map((c) => [c.check, [c.status, c.safeFix]]));
+    assert.deepEqual(status.pool, ["fail", "create-default-pool"]);
+    assert.deepEqual(status.network, ["fail", "start-network"]);
+    assert.deepEqual(host.fixed, []);
+  });
+
+  it("--fix defines, builds, starts and autostarts pool default and starts network default, says so, and exits 0", () => {
+    const fixed = egressProxies(["doctor", "--fix", ...overSsh]);
+    assert.equal(fixed.status, 0, fixed.stdout + fixed.stderr);
+    assert.match(
+      fixed.stdout,
+      /fixed on 127\.0\.0\.1:\d+: defined, built, started and autostarted the dir pool default at \/var\/lib\/libvirt\/images/,
+    );
+    assert.match(
+      fixed.stdout,
+      /fixed on 127\.0\.0\.1:\d+: started and autostarted the network default/,
+    );
+    assert.match(fixed.stdout, /1 host\(s\) ready/);
+    // What libvirt itself says now.
+    assert.match(
+      stockVirsh(stock, "pool-dumpxml", "default"),
+      /<path>\/var\/lib\/libvirt\/images<\/path>/,
+    );
+    assert.match(
+      stockVirsh(stock, "pool-info", "default"),
+      /State:\s+running[\s\S]*Autostart:\s+yes/,
+    );
+    assert.match(stockVirsh(stock, "net-info", "default"), /Active:\s+yes[\s\S]*Autostart:\s+yes/);
+    // A second run has nothing left to do.
+    const again = egressProxies(["doctor", "--fix", "--json", ...overSsh]);
+    assert.equal(again.status, 0, again.stderr);
+    const report = JSON.parse(again.stdout) as JsonReport;
+    assert.deepEqual(report.hosts[0]!.fixed, []);
+    assert.ok(report.hosts[0]!.checks.every((c) => c.status === "ok" || c.check === "domain-type"));
+  });
+
+  it("tells a user outside group libvirt about the group and a new login, and exits 1", () => {
+    const result = egressProxies(["doctor", "--socket", stock.libvirtSocket], { asNobody: true });
+    assert.equal(result.status, 1, result.stdout + result.stderr);
+    assert.match(
+      result.stderr,
+      /cannot connect to libvirt socket .*EACCES.*add the user to the libvirt group \(sudo usermod -aG libvirt \$USER\) and log in again/,
+    );
+  });
+
+  it("checks every KVM backend of a stack config under its config key", () => {
+    const dir = mkdtempSync(join(tmpdir(), "doctor-config-"));
+    try {
+      const file = join(dir, "config.json");
+      const pool = {
+        backends: [
+          {
+            name: "stock",
+            kvm: {
+              connection: {
+                host: stock.sshHost,
+                port: stock.sshPort,
+                user: stock.sshUser,
+                knownHosts: readFileSync(stock.knownHosts, "utf8"),
+              },
+              socketPath: stock.libvirtSocket,
+              pool: "vms",
+              network: { name: "default" },
+            },
+          },
+          {
+            name: "pve",
+            proxmox: { node: "pve", templateVmid: 9000, diskStorage: "x", seedStorage: "y" },
+          },
+        ],
+      };
+      // The shape of `pulumi config --json --show-secrets`.
+      writeFileSync(
+        file,
+        JSON.stringify({
+          "egress-proxies:pool": { value: JSON.stringify(pool), objectValue: pool, secret: false },
+          "egress-proxies:kvmPrivateKey": {
+            value: readFileSync(stock.clientKey, "utf8"),
+            secret: true,
+          },
+        }),
+      );
+      const result = egressProxies(["doctor", "--json", "--config-json", file]);
+      assert.equal(result.status, 1, result.stderr);
+      const report = JSON.parse(result.stdout) as JsonReport;
+      assert.deepEqual(
+        report.hosts.map((h) => h.name),
+        ["stock"],
+        "Proxmox backends are not the doctor's",
+      );
+      const poolCheck = report.hosts[0]!.checks.find((c) => c.check === "pool")!;
+      assert.equal(poolCheck.input, "egress-proxies:pool.backends[0].kvm.pool");
+      assert.equal(poolCheck.status, "fail");
+      assert.equal(poolCheck.safeFix, undefined, "only the pool named default is created by --fix");
+      assert.doesNotMatch(result.stdout, /PRIVATE KEY/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("KvmProxy create on the stock host fails before making anything, with the fixes", async () => {
+    const { inputs } = await kvm.check(
+      {},
+      {
+        vmName: "stock-preflight-1",
+        owner: { project: "egress-lab", stack: "doctor", resource: "p" },
+        socketPath: stock.libvirtSocket,
+        image: { url: "http://127.0.0.1:9/never-fetched.qcow2", sha256: "0".repeat(64) },
+        readiness: { mode: "none" },
+      },
+    );
+    const error = await kvm.create(inputs).then(
+      () => assert.fail("create must not succeed on a stock host"),
+      (caught: unknown) => caught as Error,
+    );
+    assert.equal(errorClassOf(error), "Permanent");
+    assert.match(error.message, /host local is not ready for this VM \(nothing was created\)/);
+    assert.match(
+      error.message,
+      /- pool "default": no such pool .*virsh pool-define-as default dir/,
+    );
+    assert.match(
+      error.message,
+      /- network\.name "default": defined but not active.*virsh net-start default/,
+    );
+    assert.equal(stockVirsh(stock, "list", "--all", "--name").trim(), "", "no domain was defined");
+    assert.match(stockVirsh(stock, "pool-list", "--all"), /^\s*$/, "no pool was made");
+  });
+});
