@@ -10,10 +10,21 @@ export interface ProxyProbeResult {
   body: string;
 }
 
+/** Basic-auth credentials for the proxy itself (sent as Proxy-Authorization, never logged). */
+export interface ProxyCredentials {
+  user: string;
+  password: string;
+}
+
+export function proxyAuthorization(credentials: ProxyCredentials): string {
+  return `Basic ${Buffer.from(`${credentials.user}:${credentials.password}`).toString("base64")}`;
+}
+
 export function fetchThroughProxy(
   proxy: { host: string; port: number },
   targetUrl: string,
   timeoutMs: number,
+  credentials?: ProxyCredentials,
 ): Promise<ProxyProbeResult> {
   const target = new URL(targetUrl);
   if (target.protocol !== "http:")
@@ -27,7 +38,12 @@ export function fetchThroughProxy(
         port: proxy.port,
         method: "GET",
         path: target.toString(),
-        headers: { host: target.host },
+        headers: {
+          host: target.host,
+          ...(credentials === undefined
+            ? {}
+            : { "proxy-authorization": proxyAuthorization(credentials) }),
+        },
         timeout: timeoutMs,
       },
       (res) => {

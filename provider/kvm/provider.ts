@@ -18,6 +18,7 @@ import {
 } from "../common/mark";
 import { logToEngine } from "../common/engine-log";
 import { PartialCreateError } from "../common/partial-create";
+import { egressAtReadiness } from "../common/egress";
 import { fetchThroughProxy } from "../common/proxy-probe";
 import { waitForTcpPort } from "../common/readiness";
 import { safeErrorMessage } from "../common/redact";
@@ -53,6 +54,9 @@ export interface KvmProxyOutputs extends KvmProxyInputs {
   seedSha256: string;
   createdAt: string;
   libvirtUuid: string;
+  /** What the egress check saw at create (see common/egress.ts); absent in older state. */
+  egressIp?: string | null;
+  checkedAt?: string | null;
 }
 
 /** Progress lines for the user's `pulumi up` (the engine's log when running under Pulumi). */
@@ -108,7 +112,11 @@ export async function create(raw: Props): Promise<{ id: string; outs: Props }> {
   const outputs = outputsOf(session, inputs, domain, { ip: null, state: "running" });
   try {
     const ip = await waitForReadiness(session.host, domain.handle, inputs, deadline);
-    return { id, outs: plain({ ...outputs, ip, endpoint: ip ? endpointOf(ip, inputs) : null }) };
+    const egress = await egressAtReadiness(ip, inputs, deadline);
+    return {
+      id,
+      outs: plain({ ...outputs, ip, endpoint: ip ? endpointOf(ip, inputs) : null, ...egress }),
+    };
   } catch (error) {
     // The VM exists: record it (marked failed) rather than leak it.
     throw new PartialCreateError(id, plain(outputs), toError(error));
@@ -331,6 +339,8 @@ export async function update(_id: string, olds: Props, news: Props): Promise<{ o
       seedSha256: previous.seedSha256,
       createdAt: previous.createdAt,
       libvirtUuid: previous.libvirtUuid,
+      egressIp: previous.egressIp ?? null,
+      checkedAt: previous.checkedAt ?? null,
     }),
   };
 }

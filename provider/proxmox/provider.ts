@@ -12,6 +12,7 @@ import {
 } from "../common/mark";
 import { logToEngine } from "../common/engine-log";
 import { PartialCreateError } from "../common/partial-create";
+import { egressAtReadiness } from "../common/egress";
 import { waitForTcpPort } from "../common/readiness";
 import { FormFields, ProxmoxClient } from "./client";
 import { isTaskFailure, isVmidTaken } from "./classify";
@@ -119,7 +120,8 @@ export async function create(inputs: Props): Promise<{ id: string; outs: Proxmox
     await step("start", () => ensureRunning(client, vm.ref, deadline));
     progress(spec.vmName, `VMID ${vm.ref.vmid} is running`);
     outs = { ...outs, state: "running" };
-    return { id, outs: await becomeReady(client, spec, vm.ref, outs) };
+    outs = await becomeReady(client, spec, vm.ref, outs);
+    return { id, outs: { ...outs, ...(await egressAtReadiness(outs.ip, spec, deadline)) } };
   } catch (error) {
     if (error instanceof PartialCreateError) throw error;
     // The VM exists: let Pulumi record it (marked failed) rather than leak it.
@@ -486,6 +488,8 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
     "seedVolume",
     "seedSha256",
     "createdAt",
+    "egressIp",
+    "checkedAt",
   ]);
   const port = spec.readiness.port;
   const endpoint =
@@ -649,6 +653,7 @@ const INPUT_KEYS = [
   "vendorData",
   "installGuestAgent",
   "readiness",
+  "egressCheck",
   "timeouts",
   "owner",
 ];

@@ -56,6 +56,17 @@ export interface ProxmoxProxyArgs {
     mode?: pulumi.Input<"port" | "address" | "none">;
     port?: pulumi.Input<number>;
   }>;
+  /**
+   * Optional: once ready, fetch `url` through the proxy (with `proxyAuth`) and
+   * record the address the target saw as `egressIp`; no address is a
+   * readiness failure. `url` answers with the caller's address as plain text
+   * or JSON (`field`, default ip/origin/address/query). Stored as a secret.
+   */
+  egressCheck?: pulumi.Input<{
+    url: pulumi.Input<string>;
+    field?: pulumi.Input<string>;
+    proxyAuth?: pulumi.Input<{ user: pulumi.Input<string>; password: pulumi.Input<string> }>;
+  }>;
   /** Our own timeouts (Pulumi ignores customTimeouts for dynamic resources). */
   timeouts?: pulumi.Input<{
     createSeconds?: pulumi.Input<number>;
@@ -65,7 +76,7 @@ export interface ProxmoxProxyArgs {
 }
 
 /** Derived from secret inputs, so kept secret in state. */
-const SECRET_OUTPUTS = ["apiToken", "userData", "seedSha256"];
+const SECRET_OUTPUTS = ["apiToken", "userData", "seedSha256", "egressCheck"];
 
 /** One egress proxy VM on a Proxmox VE node, cloned from a template through the REST API. */
 export class ProxmoxProxy extends pulumi.dynamic.Resource {
@@ -81,6 +92,10 @@ export class ProxmoxProxy extends pulumi.dynamic.Resource {
   declare readonly seedVolume: pulumi.Output<string>;
   declare readonly seedSha256: pulumi.Output<string>;
   declare readonly createdAt: pulumi.Output<string>;
+  /** The address targets see through this proxy, from `egressCheck` at create; null without one. */
+  declare readonly egressIp: pulumi.Output<string | null>;
+  /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
+  declare readonly checkedAt: pulumi.Output<string | null>;
 
   /**
    * Adopts an existing proxy by id (`nodes/<node>/qemu/<vmid>`); read checks
@@ -104,6 +119,7 @@ export class ProxmoxProxy extends pulumi.dynamic.Resource {
         ...args,
         apiToken: args.apiToken === undefined ? undefined : pulumi.secret(args.apiToken),
         userData: args.userData === undefined ? undefined : pulumi.secret(args.userData),
+        egressCheck: args.egressCheck === undefined ? undefined : pulumi.secret(args.egressCheck),
         owner: { project: pulumi.getProject(), stack: pulumi.getStack(), resource: name },
         vmName: args.vmName,
         vmid: undefined,
@@ -115,6 +131,8 @@ export class ProxmoxProxy extends pulumi.dynamic.Resource {
         seedVolume: undefined,
         seedSha256: undefined,
         createdAt: undefined,
+        egressIp: undefined,
+        checkedAt: undefined,
       },
       {
         ...opts,
