@@ -7,6 +7,13 @@
  */
 import * as pulumi from "@pulumi/pulumi";
 import * as k8s from "@pulumi/kubernetes";
+import {
+  checksAnnotation,
+  CHECKS_ANNOTATION,
+  proxiesJson,
+  sliceEndpoint,
+  type EndpointCheck,
+} from "./published-checks";
 
 export interface KubernetesPublishingArgs {
   /** Namespace for the Secret, Service and EndpointSlice; it must exist. */
@@ -25,6 +32,8 @@ export interface PublishedProxies {
   port: number;
   /** The URLs written to the Secret (with credentials when the pool has basic auth). */
   urls: pulumi.Input<string[]>;
+  /** What readiness and the egress check found, one per URL in the same order. */
+  checks?: pulumi.Input<EndpointCheck[]>;
 }
 
 export interface KubernetesObjects {
@@ -48,11 +57,17 @@ export function publishingLabels(
   };
 }
 
-/** The Secret's two keys: `proxies.txt` (one URL a line) and `proxies.json` (an array). */
-export function secretDocuments(urls: readonly string[]): Record<string, string> {
+/**
+ * The Secret's two keys: `proxies.txt` (one URL a line) and `proxies.json`
+ * (an array of `{ url, ready, egressIp, checkedAt }`, see published-checks.ts).
+ */
+export function secretDocuments(
+  urls: readonly string[],
+  checks?: readonly EndpointCheck[],
+): Record<string, string> {
   return {
     "proxies.txt": urls.map((url) => `${url}\n`).join(""),
-    "proxies.json": JSON.stringify(urls),
+    "proxies.json": proxiesJson(urls, checks),
   };
 }
 
@@ -71,7 +86,11 @@ export function publishToKubernetes(
     {
       metadata: { name: args.name, namespace: args.namespace, labels, annotations },
       type: "Opaque",
-      stringData: pulumi.secret(pulumi.output(proxies.urls).apply(secretDocuments)),
+      stringData: pulumi.secret(
+        pulumi
+          .all([proxies.urls, proxies.checks])
+          .apply(([urls, checks]) => secretDocuments(urls, checks)),
+      ),
     },
     options,
   );
@@ -103,14 +122,21 @@ export function publishToKubernetes(
           "kubernetes.io/service-name": args.name,
           "endpointslice.kubernetes.io/managed-by": "egress-proxies.dev",
         })),
-        annotations,
+        annotations: pulumi
+          .output(proxies.checks ?? [])
+          .apply((checks) => ({ ...annotations, [CHECKS_ANNOTATION]: checksAnnotation(checks) })),
       },
       addressType: "IPv4",
       ports: [{ name: "http-proxy", port: proxies.port, protocol: "TCP" }],
       endpoints: pulumi
-        .output(proxies.addresses)
-        .apply((addresses) =>
-          addresses.map((address) => ({ addresses: [address], conditions: { ready: true } })),
+        .all([proxies.addresses, proxies.checks ?? []])
+        .apply(([addresses, checks]) =>
+          addresses.map((address) =>
+            sliceEndpoint(
+              address,
+              checks.find((check) => check.address === address),
+            ),
+          ),
         ),
     },
     // The slice is useless before the Service it names.
