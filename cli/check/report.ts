@@ -183,8 +183,8 @@ export function renderPrometheus(report: CheckReport): string {
         : [`egress_proxy_egress_info${labels(result, { egress_ip: result.egressIp })} 1`],
     ),
   );
-  family("egress_proxies_total", "Proxies the last check probed.", [
-    `egress_proxies_total ${summary.total}`,
+  family("egress_proxies_probed", "Proxies the last check probed.", [
+    `egress_proxies_probed ${summary.total}`,
   ]);
   family("egress_proxies_up", "Proxies that passed every probe of the last check.", [
     `egress_proxies_up ${summary.up}`,

@@ -330,7 +330,7 @@ describe("egress-proxies check: reports", () => {
       'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",probe="connect"} 0.004',
       'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",probe="egress"} 0.01',
       'egress_proxy_egress_info{proxy="a",endpoint="a.lan:3128",egress_ip="192.0.2.1"} 1',
-      "egress_proxies_total 2",
+      "egress_proxies_probed 2",
       "egress_proxies_up 1",
       "egress_proxies_egress_addresses 1",
       "egress_proxies_last_check_timestamp_seconds 1796040000",
