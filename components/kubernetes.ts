@@ -29,7 +29,8 @@ export interface KubernetesPublishingArgs {
 export interface PublishedProxies {
   /** VM addresses (IPv4), unknown in preview. */
   addresses: pulumi.Input<string[]>;
-  port: number;
+  /** An output when publishing must wait for the pool's verdict (requireDistinctEgress). */
+  port: pulumi.Input<number>;
   /** The URLs written to the Secret (with credentials when the pool has basic auth). */
   urls: pulumi.Input<string[]>;
   /** What readiness and the egress check found, one per URL in the same order. */

@@ -260,7 +260,8 @@ export class EgressProxyPool extends pulumi.ComponentResource {
         args.kubernetes,
         {
           addresses: addresses.apply((ips) => ips.filter((ip) => !ip.includes(":"))),
-          port,
+          // With requireDistinctEgress even the Service waits for the verdict; else preview shows the port.
+          port: args.requireDistinctEgress === true ? this.egress.apply(() => port) : port,
           urls: this.endpointsWithCredentials,
           checks: pulumi.all([this.proxies, this.egress]).apply(([all]) => endpointChecks(all)),
         },
