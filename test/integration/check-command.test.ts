@@ -83,7 +83,9 @@ describe("egress-proxies check against loopback proxies", function () {
     });
 
   before(async () => {
-    const { status } = await promtool("# HELP x A probe.\n# TYPE x gauge\nx 1\n").catch(() => ({ status: -1 }));
+    const { status } = await promtool("# HELP x A probe.\n# TYPE x gauge\nx 1\n").catch(() => ({
+      status: -1,
+    }));
     assert.equal(
       status,
       0,
