@@ -396,6 +396,8 @@ const OUTPUT_KEYS = [
   "seedSha256",
   "createdAt",
   "libvirtUuid",
+  "egressIp",
+  "checkedAt",
 ];
 function stripOutputs(raw: Props): Props {
   const inputs: Props = {};
