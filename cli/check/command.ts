@@ -11,7 +11,6 @@ import { basename, dirname, join } from "node:path";
 import { parseArgs } from "node:util";
 import { egressCheckSchema } from "../../provider/common/egress";
 import type { ProxyCredentials } from "../../provider/common/proxy-probe";
-import type { Output } from "../doctor/command";
 import { probeProxy, type ProbePlan, type ProbeResult } from "./probe";
 import {
   CHECK_EXIT,
@@ -34,7 +33,9 @@ export const CHECK_USAGE = `usage: egress-proxies check --target <http://url> [-
   with an address from --egress-url (an echo service) — within --timeout seconds.
   Exit status: 0 all proxies up, 1 some down, 2 usage.`;
 
-export interface CheckIo extends Output {
+export interface CheckIo {
+  out(text: string): void;
+  err(text: string): void;
   /** Reads all of stdin (injected so tests need no process). */
   readStdin(): Promise<string>;
   stdinIsTerminal: boolean;
@@ -195,6 +196,10 @@ async function readTargets(
       throw new InputError(`--from ${sources.from}: ${(error as Error).message}`);
     }
   }
+  if (text.trim() === "")
+    throw new InputError(
+      `${source} is empty: pipe \`pulumi stack output --json --show-secrets\` in, or give --from or --proxy`,
+    );
   let document: unknown;
   try {
     document = JSON.parse(text);

@@ -255,6 +255,11 @@ describe("egress-proxies check against loopback proxies", function () {
         /--from .*missing\.json: ENOENT/,
       ],
       [["--target", "http://x/"], "not json", /stdin is not JSON/],
+      [
+        ["--target", "http://x/"],
+        "",
+        /stdin is empty: pipe `pulumi stack output --json --show-secrets` in/,
+      ],
       [["--target", "http://x/", "--user", "u"], "[]", /EGRESS_PROXY_PASSWORD/],
       [["--target", "http://x/", "--bogus"], "[]", /Unknown option '--bogus'/],
     ];
