@@ -6,7 +6,7 @@
  */
 import { request } from "node:http";
 import { Deadline } from "../../provider/common/deadline";
-import { fetchEgressAddress, quote } from "../../provider/common/egress";
+import { describeAnswer, fetchEgressAddress } from "../../provider/common/egress";
 import {
   fetchThroughProxy,
   proxyAuthorization,
@@ -53,8 +53,7 @@ export async function probeProxy(target: ProxyTarget, plan: ProbePlan): Promise<
     );
     result.httpStatus = answer.status;
     result.httpSeconds = seconds(started);
-    if (answer.status < 200 || answer.status >= 400)
-      throw new Error(`HTTP ${answer.status} ${quote(answer.body)}`);
+    if (answer.status < 200 || answer.status >= 400) throw new Error(describeAnswer(answer));
     if (plan.connect !== undefined) {
       step = "connect";
       started = performance.now();

@@ -9,7 +9,7 @@ import { isIP } from "node:net";
 import { z } from "zod";
 import { Deadline, sleepWithin } from "./deadline";
 import { PermanentError } from "./errors";
-import { fetchThroughProxy, type ProxyCredentials } from "./proxy-probe";
+import { fetchThroughProxy, type ProxyCredentials, type ProxyProbeResult } from "./proxy-probe";
 
 /** JSON fields tried in order when `field` is not given (ipify, httpbin, ifconfig.co, ip-api). */
 export const DEFAULT_EGRESS_FIELDS = ["ip", "origin", "address", "query"] as const;
@@ -98,6 +98,18 @@ function asAddress(text: string): { ok: true; address: string } | undefined {
   return isIP(text) === 0 ? undefined : { ok: true, address: text.toLowerCase() };
 }
 
+/**
+ * A proxy's answer in one line for an error message: the status, squid's
+ * error code when squid made the page, and the page's title (squid's pages
+ * are long HTML whose first 200 characters are boilerplate) or the start
+ * of the body.
+ */
+export function describeAnswer(answer: ProxyProbeResult): string {
+  const squid = answer.squidError === undefined ? "" : ` (squid: ${answer.squidError})`;
+  const title = /<title>([^<]*)<\/title>/i.exec(answer.body)?.[1];
+  return `HTTP ${answer.status}${squid} ${quote(title ?? answer.body)}`;
+}
+
 /** At most 200 characters of an answer, on one line: enough to recognise a squid error page. */
 export function quote(text: string): string {
   const flat = text.replace(/\s+/g, " ").trim();
@@ -123,16 +135,17 @@ export async function fetchEgressAddress(
   timeoutMs: number,
   credentials?: ProxyCredentials,
 ): Promise<string> {
-  const { status, body } = await fetchThroughProxy(proxy, check.url, timeoutMs, credentials);
+  const answer = await fetchThroughProxy(proxy, check.url, timeoutMs, credentials);
+  const { status, body } = answer;
   const where = `egressCheck ${check.url} through the proxy at ${proxy.host}:${proxy.port}`;
   if (status === 407)
     throw new PermanentError(
-      `${where}: the proxy asked for credentials (HTTP 407)${credentials === undefined ? "; set egressCheck.proxyAuth" : "; check egressCheck.proxyAuth"}`,
+      `${where}: the proxy asked for credentials (${describeAnswer(answer)})${credentials === undefined ? "; set egressCheck.proxyAuth" : "; check egressCheck.proxyAuth"}`,
     );
-  if (status < 200 || status >= 300) throw new Error(`${where}: HTTP ${status} ${quote(body)}`);
-  const answer = parseEgressAnswer(body, check.field);
-  if (!answer.ok) throw new PermanentError(`${where}: ${answer.reason}`);
-  return answer.address;
+  if (status < 200 || status >= 300) throw new Error(`${where}: ${describeAnswer(answer)}`);
+  const parsed = parseEgressAnswer(body, check.field);
+  if (!parsed.ok) throw new PermanentError(`${where}: ${parsed.reason}`);
+  return parsed.address;
 }
 
 /**

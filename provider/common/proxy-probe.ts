@@ -8,6 +8,8 @@ import { request } from "node:http";
 export interface ProxyProbeResult {
   status: number;
   body: string;
+  /** squid's X-Squid-Error header on its own error pages, e.g. "ERR_CONNECT_FAIL 111". */
+  squidError?: string;
 }
 
 /** Basic-auth credentials for the proxy itself (sent as Proxy-Authorization, never logged). */
@@ -55,7 +57,11 @@ export function fetchThroughProxy(
           size += chunk.length;
         });
         res.on("end", () =>
-          resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }),
+          resolve({
+            status: res.statusCode ?? 0,
+            body: Buffer.concat(chunks).toString("utf8"),
+            squidError: headerText(res.headers["x-squid-error"]),
+          }),
         );
         res.on("error", reject);
       },
@@ -69,3 +75,6 @@ export function fetchThroughProxy(
     req.end();
   });
 }
+
+const headerText = (value: string | string[] | undefined): string | undefined =>
+  Array.isArray(value) ? value.join(", ") : value;

@@ -4,7 +4,7 @@
  * check command's inputs, its table / JSON / Prometheus text and exit status.
  */
 import assert from "node:assert/strict";
-import { parseEgressAnswer } from "../../../provider/common/egress";
+import { describeAnswer, parseEgressAnswer } from "../../../provider/common/egress";
 import {
   groupByEgress,
   sharedEgress,
@@ -63,6 +63,22 @@ describe("egress answer parsing", () => {
     assert.match((parseEgressAnswer("") as { reason: string }).reason, /empty/);
     assert.match((parseEgressAnswer("{broken") as { reason: string }).reason, /does not parse/);
     assert.match((parseEgressAnswer("192.0.2.1", "ip") as { reason: string }).reason, /not JSON/);
+  });
+
+  it("describes a squid error page by its code and title, not its boilerplate", () => {
+    const page =
+      '<!DOCTYPE html PUBLIC "-//W3C//DTD HTML 4.01//EN" "http://www.w3.org/TR/html4/strict.dtd">\n' +
+      '<html><head>\n<meta type="copyright" content="Copyright (C) 1996-2022 The Squid Software Foundation and contributors">\n' +
+      '<meta http-equiv="Content-Type" CONTENT="text/html; charset=utf-8">\n' +
+      "<title>ERROR: The requested URL could not be retrieved</title>\n</head><body>...</body></html>";
+    assert.equal(
+      describeAnswer({ status: 503, body: page, squidError: "ERR_CONNECT_FAIL 111" }),
+      'HTTP 503 (squid: ERR_CONNECT_FAIL 111) "ERROR: The requested URL could not be retrieved"',
+    );
+    assert.equal(
+      describeAnswer({ status: 502, body: "upstream down\n" }),
+      'HTTP 502 "upstream down"',
+    );
   });
 
   it("shortens a long answer in the reason", () => {
