@@ -34,3 +34,4 @@ export const endpoints = pool.endpoints;
 export const endpointsWithCredentials = pool.endpointsWithCredentials;
 export const proxies = pool.proxies;
 export const count = pool.count;
+export const egress = pool.egress;

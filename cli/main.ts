@@ -2,14 +2,19 @@
 /**
  * egress-proxies: the package's command line. Subcommands:
  *   doctor   is this hypervisor ready for KvmProxy? (and --fix the standard set-up)
+ *   check    are the proxies up, and which egress address does each give?
  */
+import { check, CHECK_USAGE } from "./check/command";
 import { doctor, DOCTOR_USAGE } from "./doctor/command";
 
 const USAGE = `usage: egress-proxies <command> [options]
 commands:
   doctor   check the KVM hosts of a stack config (or one host) and optionally --fix them
+  check    probe every proxy of a stack (HTTP, CONNECT, egress address); table, --json, --prometheus
 
-${DOCTOR_USAGE}`;
+${DOCTOR_USAGE}
+
+${CHECK_USAGE}`;
 
 const commands: Record<string, (argv: string[]) => Promise<number>> = {
   doctor: (argv) =>
@@ -17,7 +22,21 @@ const commands: Record<string, (argv: string[]) => Promise<number>> = {
       out: (text) => process.stdout.write(`${text}\n`),
       err: (text) => process.stderr.write(`${text}\n`),
     }),
+  check: (argv) =>
+    check(argv, {
+      out: (text) => process.stdout.write(`${text}\n`),
+      err: (text) => process.stderr.write(`${text}\n`),
+      readStdin,
+      stdinIsTerminal: process.stdin.isTTY === true,
+      env: process.env,
+    }),
 };
+
+async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString("utf8");
+}
 
 export async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;

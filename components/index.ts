@@ -31,3 +31,6 @@ export {
   poolConfigSchema,
 } from "./stack-config";
 export type { PoolConfig, RawStackConfig, StackConfigResult } from "./stack-config";
+export { groupByEgress, sharedEgress } from "./egress-diversity";
+export type { EgressGroup } from "./egress-diversity";
+export type { EndpointCheck, PublishedProxy } from "./published-checks";

@@ -14,6 +14,13 @@ import * as pulumi from "@pulumi/pulumi";
 
 /** The optional peer dependency this module loads on first use. */
 export const KUBERNETES_PACKAGE = "@pulumi/kubernetes";
+import {
+  checksAnnotation,
+  CHECKS_ANNOTATION,
+  proxiesJson,
+  sliceEndpoint,
+  type EndpointCheck,
+} from "./published-checks";
 
 export interface KubernetesPublishingArgs {
   /** Namespace for the Secret, Service and EndpointSlice; it must exist. */
@@ -33,9 +40,12 @@ export interface KubernetesPublishingArgs {
 export interface PublishedProxies {
   /** VM addresses (IPv4), unknown in preview. */
   addresses: pulumi.Input<string[]>;
-  port: number;
+  /** An output when publishing must wait for the pool's verdict (requireDistinctEgress). */
+  port: pulumi.Input<number>;
   /** The URLs written to the Secret (with credentials when the pool has basic auth). */
   urls: pulumi.Input<string[]>;
+  /** What readiness and the egress check found, one per URL in the same order. */
+  checks?: pulumi.Input<EndpointCheck[]>;
 }
 
 /**
@@ -94,11 +104,17 @@ export function publishingLabels(
   };
 }
 
-/** The Secret's two keys: `proxies.txt` (one URL a line) and `proxies.json` (an array). */
-export function secretDocuments(urls: readonly string[]): Record<string, string> {
+/**
+ * The Secret's two keys: `proxies.txt` (one URL a line) and `proxies.json`
+ * (an array of `{ url, ready, egressIp, checkedAt }`, see published-checks.ts).
+ */
+export function secretDocuments(
+  urls: readonly string[],
+  checks?: readonly EndpointCheck[],
+): Record<string, string> {
   return {
     "proxies.txt": urls.map((url) => `${url}\n`).join(""),
-    "proxies.json": JSON.stringify(urls),
+    "proxies.json": proxiesJson(urls, checks),
   };
 }
 
@@ -127,7 +143,11 @@ export function publishToKubernetes(
     {
       metadata: { name: args.name, namespace: args.namespace, labels, annotations },
       type: "Opaque",
-      stringData: pulumi.secret(pulumi.output(proxies.urls).apply(secretDocuments)),
+      stringData: pulumi.secret(
+        pulumi
+          .all([proxies.urls, proxies.checks])
+          .apply(([urls, checks]) => secretDocuments(urls, checks)),
+      ),
     },
     options,
   );
@@ -159,14 +179,21 @@ export function publishToKubernetes(
           "kubernetes.io/service-name": args.name,
           "endpointslice.kubernetes.io/managed-by": "egress-proxies.dev",
         })),
-        annotations,
+        annotations: pulumi
+          .output(proxies.checks ?? [])
+          .apply((checks) => ({ ...annotations, [CHECKS_ANNOTATION]: checksAnnotation(checks) })),
       },
       addressType: "IPv4",
       ports: [{ name: "http-proxy", port: proxies.port, protocol: "TCP" }],
       endpoints: pulumi
-        .output(proxies.addresses)
-        .apply((addresses) =>
-          addresses.map((address) => ({ addresses: [address], conditions: { ready: true } })),
+        .all([proxies.addresses, proxies.checks ?? []])
+        .apply(([addresses, checks]) =>
+          addresses.map((address) =>
+            sliceEndpoint(
+              address,
+              checks.find((check) => check.address === address),
+            ),
+          ),
         ),
     },
     // The slice is useless before the Service it names.

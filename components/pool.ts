@@ -5,6 +5,7 @@
  * document are pure functions; this class validates, then declares children.
  */
 import * as pulumi from "@pulumi/pulumi";
+import { egressCheckSchema } from "../provider/common/egress";
 import { KvmProxy, type KvmProxyArgs } from "../provider/kvm/resource";
 import { ProxmoxProxy, type ProxmoxProxyArgs } from "../provider/proxmox/resource";
 import {
@@ -13,7 +14,9 @@ import {
   type KubernetesObjects,
   type KubernetesPublishingArgs,
 } from "./kubernetes";
+import { groupByEgress, sharedEgressMessage, type EgressGroup } from "./egress-diversity";
 import { placeProxies, placementProblems, type PlacedProxy } from "./placement";
+import type { EndpointCheck } from "./published-checks";
 import {
   DEFAULT_ALLOWED_CLIENT_CIDRS,
   DEFAULT_SQUID_PORT,
@@ -38,8 +41,14 @@ export const POOL_DECIDED_KVM_INPUTS = [
   "userData",
   "userDataBase64",
   "readiness",
+  "egressCheck",
 ] as const;
-export const POOL_DECIDED_PROXMOX_INPUTS = ["vmName", "userData", "readiness"] as const;
+export const POOL_DECIDED_PROXMOX_INPUTS = [
+  "vmName",
+  "userData",
+  "readiness",
+  "egressCheck",
+] as const;
 type PoolDecidedKvmInputs = (typeof POOL_DECIDED_KVM_INPUTS)[number];
 type PoolDecidedProxmoxInputs = (typeof POOL_DECIDED_PROXMOX_INPUTS)[number];
 
@@ -95,6 +104,15 @@ export interface EgressProxyPoolArgs {
   tags?: string[];
   /** When a proxy counts as created. Default: its squid port accepts connections. */
   readiness?: { mode?: "port" | "address" | "none" };
+  /**
+   * Verify each proxy's public address at create: `url` answers with the
+   * caller's address (plain text or JSON `field`) and is fetched through the
+   * proxy, with the pool's basic auth. Each proxy then reports `egressIp`, and
+   * the pool groups them in `egress`. See docs/egress.md.
+   */
+  egressCheck?: { url: string; field?: string };
+  /** With egressCheck: several proxies sharing one egress address is an error (before publishing), not a warning. */
+  requireDistinctEgress?: boolean;
   /** Publish the endpoints to Kubernetes (Secret + selector-less Service + EndpointSlice). */
   kubernetes?: KubernetesPublishingArgs;
 }
@@ -111,6 +129,12 @@ export interface ProxyDetails {
   id: string;
   /** http://ip:port, or null while the address is unknown. */
   endpoint: string | null;
+  /** The address targets see through this proxy (egress check at create); null without a check. */
+  egressIp: string | null;
+  /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
+  checkedAt: string | null;
+  /** true when readiness checked that the proxy answers; null when it did not (readiness "address"/"none"). */
+  ready: boolean | null;
 }
 
 export class PoolArgsError extends Error {}
@@ -125,9 +149,21 @@ export function poolArgsProblems(args: EgressProxyPoolArgs): string[] {
         `backends[${index}] must have exactly one of kvm or proxmox (found ${kinds.length === 0 ? "neither" : "both"})`,
       );
   });
+  problems.push(...egressArgsProblems(args));
   // The password may be unknown until apply; it is checked again once known.
   problems.push(...squidSettingsProblems(squidSettings(args.squid, "placeholder")));
   return problems;
+}
+
+function egressArgsProblems(args: EgressProxyPoolArgs): string[] {
+  if (args.egressCheck === undefined)
+    return args.requireDistinctEgress === true
+      ? [
+          "requireDistinctEgress needs egressCheck: set egressCheck.url to a service that answers with the caller's address",
+        ]
+      : [];
+  const parsed = egressCheckSchema.safeParse(args.egressCheck);
+  return parsed.success ? [] : parsed.error.issues.map((issue) => issue.message);
 }
 
 function squidSettings(squid: SquidArgs | undefined, password: string): SquidSettings {
@@ -163,6 +199,8 @@ export class EgressProxyPool extends pulumi.ComponentResource {
   readonly endpointsWithCredentials: pulumi.Output<string[]>;
   readonly proxies: pulumi.Output<ProxyDetails[]>;
   readonly count: pulumi.Output<number>;
+  /** Each egress address with the proxies behind it, most shared first; empty without egressCheck. */
+  readonly egress: pulumi.Output<EgressGroup[]>;
   /** The squid port every proxy listens on. */
   readonly port: number;
   /** The child resources by key (`<backend>-<index>`). */
@@ -189,10 +227,11 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       const backend = backendsByName.get(proxy.backend)!;
       const child = this.declareProxy(name, proxy, backend, args, userData, port);
       children.set(proxy.key, child);
+      const checked = args.egressCheck !== undefined || (args.readiness?.mode ?? "port") === "port";
       details.push(
         pulumi
-          .all([child.vmName, child.host, child.ip, child.id])
-          .apply(([vmName, host, ip, id]) => ({
+          .all([child.vmName, child.host, child.ip, child.id, child.egressIp, child.checkedAt])
+          .apply(([vmName, host, ip, id, egressIp, checkedAt]) => ({
             name: proxy.key,
             backend: proxy.backend,
             kind: isKvmBackend(backend) ? ("kvm" as const) : ("proxmox" as const),
@@ -201,6 +240,10 @@ export class EgressProxyPool extends pulumi.ComponentResource {
             ip: ip ?? null,
             id,
             endpoint: ip ? proxyUrl(ip, port) : null,
+            // Absent in state written before the egress check existed.
+            egressIp: egressIp ?? null,
+            checkedAt: checkedAt ?? null,
+            ready: checkedAt && checked ? true : null,
           })),
       );
     }
@@ -209,9 +252,11 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     this.children = children;
     this.proxies = pulumi.all(details);
     this.count = pulumi.output(placed.length);
-    const addresses = this.proxies.apply((all) =>
-      all.flatMap((proxy) => (proxy.ip === null ? [] : [proxy.ip])),
-    );
+    this.egress = this.proxies.apply((all) => this.egressGroups(name, args, all));
+    // Everything published waits for the diversity verdict: requireDistinctEgress fails it first.
+    const addresses = pulumi
+      .all([this.proxies, this.egress])
+      .apply(([all]) => all.flatMap((proxy) => (proxy.ip === null ? [] : [proxy.ip])));
     this.endpoints = addresses.apply((ips) => ips.map((ip) => proxyUrl(ip, port)));
     this.endpointsWithCredentials =
       basicAuth === undefined || password === undefined
@@ -230,8 +275,10 @@ export class EgressProxyPool extends pulumi.ComponentResource {
         args.kubernetes,
         {
           addresses: addresses.apply((ips) => ips.filter((ip) => !ip.includes(":"))),
-          port,
+          // With requireDistinctEgress even the Service waits for the verdict; else preview shows the port.
+          port: args.requireDistinctEgress === true ? this.egress.apply(() => port) : port,
           urls: this.endpointsWithCredentials,
+          checks: pulumi.all([this.proxies, this.egress]).apply(([all]) => endpointChecks(all)),
         },
         this,
       );
@@ -241,7 +288,25 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       endpointsWithCredentials: this.endpointsWithCredentials,
       proxies: this.proxies,
       count: this.count,
+      egress: this.egress,
     });
+  }
+
+  /** Groups by egress address; shared addresses warn in `pulumi up`, or fail with requireDistinctEgress. */
+  private egressGroups(
+    name: string,
+    args: EgressProxyPoolArgs,
+    proxies: ProxyDetails[],
+  ): EgressGroup[] {
+    const groups = groupByEgress(proxies);
+    const message = sharedEgressMessage(name, groups);
+    if (message === undefined) return groups;
+    if (args.requireDistinctEgress === true)
+      throw new PoolArgsError(
+        `${message}. requireDistinctEgress is true, so nothing is published: place the proxies on different networks or drop requireDistinctEgress`,
+      );
+    void pulumi.log.warn(message, this);
+    return groups;
   }
 
   /** One document for the whole pool; secret because it may carry the password hash and the user's extra cloud-init. */
@@ -269,6 +334,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
   ): KvmProxy | ProxmoxProxy {
     const resourceName = `${poolName}-${proxy.key}`;
     const readiness = { mode: args.readiness?.mode ?? "port", port };
+    const egressCheck = this.egressCheck(args);
     const options = { parent: this };
     if (isKvmBackend(backend))
       return new KvmProxy(
@@ -281,6 +347,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
           image: backend.kvm.image ?? args.kvmImage ?? DEFAULT_KVM_IMAGE,
           userData,
           readiness,
+          egressCheck,
         },
         options,
       );
@@ -294,9 +361,24 @@ export class EgressProxyPool extends pulumi.ComponentResource {
         tags: mergeTags(args.tags, backend.proxmox.tags),
         userData,
         readiness,
+        egressCheck,
       },
       options,
     );
+  }
+
+  /** The pool's egress check, with squid's basic auth so the request is let through. */
+  private egressCheck(args: EgressProxyPoolArgs): KvmProxyArgs["egressCheck"] {
+    if (args.egressCheck === undefined) return undefined;
+    const basicAuth = args.squid?.basicAuth;
+    return {
+      url: args.egressCheck.url,
+      field: args.egressCheck.field,
+      proxyAuth:
+        basicAuth === undefined
+          ? undefined
+          : { user: basicAuth.user, password: pulumi.secret(basicAuth.password) },
+    };
   }
 }
 
@@ -307,4 +389,20 @@ function mergeTags(
   if (poolTags === undefined) return backendTags;
   if (backendTags === undefined) return poolTags;
   return pulumi.output(backendTags).apply((tags) => [...new Set([...poolTags, ...tags])]);
+}
+
+/** What the Kubernetes publishing says about each proxy with an address. */
+function endpointChecks(proxies: readonly ProxyDetails[]): EndpointCheck[] {
+  return proxies.flatMap((proxy) =>
+    proxy.ip === null
+      ? []
+      : [
+          {
+            address: proxy.ip,
+            ready: proxy.ready,
+            egressIp: proxy.egressIp,
+            checkedAt: proxy.checkedAt,
+          },
+        ],
+  );
 }

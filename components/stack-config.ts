@@ -212,6 +212,19 @@ export const poolConfigSchema = z.strictObject({
   readiness: z
     .enum(["port", "address", "none"], { error: 'readiness must be "port", "address" or "none"' })
     .optional(),
+  egressCheck: z
+    .strictObject({
+      url: z.string({
+        error: "egressCheck.url must be an http:// URL that answers with the caller's address",
+      }),
+      field: z
+        .string({ error: 'egressCheck.field must be a JSON field name, e.g. "ip"' })
+        .optional(),
+    })
+    .optional(),
+  requireDistinctEgress: z
+    .boolean({ error: "requireDistinctEgress must be true or false" })
+    .optional(),
   kubernetes: z
     .strictObject({
       namespace: z.string({ error: "kubernetes.namespace must be the namespace name" }),
@@ -432,6 +445,8 @@ function poolArgs(
     extraCloudInit: raw.extraCloudInit,
     tags: config.tags,
     readiness: config.readiness === undefined ? undefined : { mode: config.readiness },
+    egressCheck: config.egressCheck,
+    requireDistinctEgress: config.requireDistinctEgress,
     kubernetes: config.kubernetes,
   };
 }

@@ -11,6 +11,7 @@ PKGS=(
   openssh-server openssh-client dnsmasq-base iproute2
   mmdebstrap e2fsprogs fdisk dosfstools mtools       # the lab's guest image (test/lab/build-image.sh)
   grub-pc-bin grub-efi-amd64-bin grub2-common
+  prometheus                                        # promtool: parses `egress-proxies check --prometheus`
 )
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

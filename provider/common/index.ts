@@ -6,3 +6,4 @@ export * from "./partial-create";
 export * from "./readiness";
 export * from "./redact";
 export * from "./version";
+export * from "./egress";

@@ -8,12 +8,25 @@ import { request } from "node:http";
 export interface ProxyProbeResult {
   status: number;
   body: string;
+  /** squid's X-Squid-Error header on its own error pages, e.g. "ERR_CONNECT_FAIL 111". */
+  squidError?: string;
+}
+
+/** Basic-auth credentials for the proxy itself (sent as Proxy-Authorization, never logged). */
+export interface ProxyCredentials {
+  user: string;
+  password: string;
+}
+
+export function proxyAuthorization(credentials: ProxyCredentials): string {
+  return `Basic ${Buffer.from(`${credentials.user}:${credentials.password}`).toString("base64")}`;
 }
 
 export function fetchThroughProxy(
   proxy: { host: string; port: number },
   targetUrl: string,
   timeoutMs: number,
+  credentials?: ProxyCredentials,
 ): Promise<ProxyProbeResult> {
   const target = new URL(targetUrl);
   if (target.protocol !== "http:")
@@ -27,7 +40,12 @@ export function fetchThroughProxy(
         port: proxy.port,
         method: "GET",
         path: target.toString(),
-        headers: { host: target.host },
+        headers: {
+          host: target.host,
+          ...(credentials === undefined
+            ? {}
+            : { "proxy-authorization": proxyAuthorization(credentials) }),
+        },
         timeout: timeoutMs,
       },
       (res) => {
@@ -39,7 +57,11 @@ export function fetchThroughProxy(
           size += chunk.length;
         });
         res.on("end", () =>
-          resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }),
+          resolve({
+            status: res.statusCode ?? 0,
+            body: Buffer.concat(chunks).toString("utf8"),
+            squidError: headerText(res.headers["x-squid-error"]),
+          }),
         );
         res.on("error", reject);
       },
@@ -53,3 +75,6 @@ export function fetchThroughProxy(
     req.end();
   });
 }
+
+const headerText = (value: string | string[] | undefined): string | undefined =>
+  Array.isArray(value) ? value.join(", ") : value;

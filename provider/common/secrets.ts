@@ -21,10 +21,16 @@ export const SECRET_INPUT_PATHS = [
   "userDataBase64",
   "vendorData",
   "networkConfig",
+  "egressCheck.proxyAuth.password",
 ] as const;
 
 /** URL inputs: secret when they carry userinfo (`user:password@`). */
-export const URL_INPUT_PATHS = ["image.url", "readiness.probeUrl", "apiEndpoint"] as const;
+export const URL_INPUT_PATHS = [
+  "image.url",
+  "readiness.probeUrl",
+  "egressCheck.url",
+  "apiEndpoint",
+] as const;
 
 /** Outputs computed from secret inputs under a name of their own. */
 export const DERIVED_SECRET_OUTPUTS = ["seedSha256"] as const;

@@ -32,6 +32,7 @@ export const KVM_CHANGE_TABLE: ChangeTable = {
   installGuestAgent: "replace",
   networkConfig: "replace",
   readiness: "update",
+  egressCheck: "update",
   timeouts: "update",
   owner: "update",
 };

@@ -23,6 +23,7 @@ import {
   isIncompleteCreate,
   PartialCreateError,
 } from "../common/partial-create";
+import { egressAtReadiness } from "../common/egress";
 import { fetchThroughProxy } from "../common/proxy-probe";
 import { waitForTcpPort } from "../common/readiness";
 import { safeErrorMessage } from "../common/redact";
@@ -66,6 +67,9 @@ export interface KvmProxyOutputs extends KvmProxyInputs {
   seedSha256: string;
   createdAt: string;
   libvirtUuid: string;
+  /** What the egress check saw at create (see common/egress.ts); absent in older state. */
+  egressIp?: string | null;
+  checkedAt?: string | null;
 }
 
 /** Progress lines for the user's `pulumi up` (the engine's log when running under Pulumi). */
@@ -136,7 +140,8 @@ export async function create(raw: Props): Promise<{ id: string; outs: Props }> {
     await session.host.startDomain(domain.handle);
     state = "running";
     const ip = await waitForReadiness(session.host, domain.handle, inputs, deadline);
-    return { id, outs: plain({ ...outputsOf(session, inputs, domain, { ip, state }) }) };
+    const egress = await egressAtReadiness(ip, inputs, deadline);
+    return { id, outs: plain({ ...outputsOf(session, inputs, domain, { ip, state }), ...egress }) };
   } catch (error) {
     // The domain exists: record it (marked failed) rather than leak it.
     throw record(domain, state, error);
@@ -499,6 +504,8 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
       seedSha256: previous.seedSha256,
       createdAt: previous.createdAt,
       libvirtUuid: previous.libvirtUuid,
+      egressIp: previous.egressIp ?? null,
+      checkedAt: previous.checkedAt ?? null,
     }),
   };
 }
@@ -604,6 +611,8 @@ const OUTPUT_KEYS = [
   "createdAt",
   "libvirtUuid",
   CREATE_INCOMPLETE_KEY,
+  "egressIp",
+  "checkedAt",
 ];
 function stripOutputs(raw: Props): Props {
   const inputs: Props = {};

@@ -81,6 +81,17 @@ export interface KvmProxyArgs {
     port?: pulumi.Input<number>;
     probeUrl?: pulumi.Input<string>;
   }>;
+  /**
+   * Optional: once ready, fetch `url` through the proxy (with `proxyAuth`) and
+   * record the address the target saw as `egressIp`; no address is a
+   * readiness failure. `url` answers with the caller's address as plain text
+   * or JSON (`field`, default ip/origin/address/query). Stored as a secret.
+   */
+  egressCheck?: pulumi.Input<{
+    url: pulumi.Input<string>;
+    field?: pulumi.Input<string>;
+    proxyAuth?: pulumi.Input<{ user: pulumi.Input<string>; password: pulumi.Input<string> }>;
+  }>;
   /** Our own timeouts (Pulumi ignores customTimeouts for dynamic resources). */
   timeouts?: pulumi.Input<{
     createSeconds?: pulumi.Input<number>;
@@ -108,6 +119,10 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly seedSha256: pulumi.Output<string>;
   declare readonly createdAt: pulumi.Output<string>;
   declare readonly libvirtUuid: pulumi.Output<string>;
+  /** The address targets see through this proxy, from `egressCheck` at create; null without one. */
+  declare readonly egressIp: pulumi.Output<string | null>;
+  /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
+  declare readonly checkedAt: pulumi.Output<string | null>;
 
   /**
    * Adopts an existing proxy VM by id (`hosts/<host>/domains/<vmName>`, with
@@ -144,6 +159,8 @@ export class KvmProxy extends pulumi.dynamic.Resource {
         seedSha256: undefined,
         createdAt: undefined,
         libvirtUuid: undefined,
+        egressIp: undefined,
+        checkedAt: undefined,
       },
       {
         ...opts,

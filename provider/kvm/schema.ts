@@ -4,6 +4,7 @@
  * `pulumi preview` validates without reaching any host.
  */
 import { z } from "zod";
+import { egressCheckSchema } from "../common/egress";
 import {
   ownerSchema,
   readinessSchema,
@@ -200,6 +201,7 @@ export const kvmProxyInputsSchema = z
       .optional(),
     // Behaviour.
     readiness: kvmReadinessSchema.default({ mode: "port", port: 3128 }),
+    egressCheck: egressCheckSchema.optional(),
     timeouts: timeoutsSchema.default({ createSeconds: 900, readySeconds: 600, deleteSeconds: 300 }),
     owner: ownerSchema,
   })

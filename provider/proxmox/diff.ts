@@ -31,6 +31,7 @@ export const PROXMOX_CHANGE_TABLE: ChangeTable &
   insecure: "update",
   tags: "update",
   readiness: "update",
+  egressCheck: "update",
   timeouts: "update",
   owner: "update",
 };

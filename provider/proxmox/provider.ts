@@ -13,6 +13,7 @@ import {
 } from "../common/mark";
 import { logToEngine } from "../common/engine-log";
 import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
+import { egressAtReadiness } from "../common/egress";
 import { waitForTcpPort } from "../common/readiness";
 import { FormFields, ProxmoxClient } from "./client";
 import { isTaskFailure, isVmidTaken } from "./classify";
@@ -140,7 +141,8 @@ async function createSteps(
     await step("start", () => ensureRunning(client, vm.ref, deadline));
     progress(spec.vmName, `VMID ${vm.ref.vmid} is running`);
     outs = { ...outs, state: "running" };
-    return { id, outs: await becomeReady(client, spec, vm.ref, outs) };
+    outs = await becomeReady(client, spec, vm.ref, outs);
+    return { id, outs: { ...outs, ...(await egressAtReadiness(outs.ip, spec, deadline)) } };
   } catch (error) {
     if (error instanceof PartialCreateError) throw error;
     // The VM exists: let Pulumi record it (marked failed) rather than leak it.
@@ -596,6 +598,8 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
     "seedVolume",
     "seedSha256",
     "createdAt",
+    "egressIp",
+    "checkedAt",
   ]);
   const port = spec.readiness.port;
   const endpoint =
@@ -768,6 +772,7 @@ const INPUT_KEYS = [
   "vendorData",
   "installGuestAgent",
   "readiness",
+  "egressCheck",
   "timeouts",
   "owner",
 ];

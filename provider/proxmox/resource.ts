@@ -59,6 +59,17 @@ export interface ProxmoxProxyArgs {
     mode?: pulumi.Input<"port" | "address" | "none">;
     port?: pulumi.Input<number>;
   }>;
+  /**
+   * Optional: once ready, fetch `url` through the proxy (with `proxyAuth`) and
+   * record the address the target saw as `egressIp`; no address is a
+   * readiness failure. `url` answers with the caller's address as plain text
+   * or JSON (`field`, default ip/origin/address/query). Stored as a secret.
+   */
+  egressCheck?: pulumi.Input<{
+    url: pulumi.Input<string>;
+    field?: pulumi.Input<string>;
+    proxyAuth?: pulumi.Input<{ user: pulumi.Input<string>; password: pulumi.Input<string> }>;
+  }>;
   /** Our own timeouts (Pulumi ignores customTimeouts for dynamic resources). */
   timeouts?: pulumi.Input<{
     createSeconds?: pulumi.Input<number>;
@@ -84,6 +95,10 @@ export class ProxmoxProxy extends pulumi.dynamic.Resource {
   declare readonly seedVolume: pulumi.Output<string>;
   declare readonly seedSha256: pulumi.Output<string>;
   declare readonly createdAt: pulumi.Output<string>;
+  /** The address targets see through this proxy, from `egressCheck` at create; null without one. */
+  declare readonly egressIp: pulumi.Output<string | null>;
+  /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
+  declare readonly checkedAt: pulumi.Output<string | null>;
 
   /**
    * Adopts an existing proxy VM by id (`nodes/<node>/qemu/<vmid>`) into this
@@ -119,6 +134,8 @@ export class ProxmoxProxy extends pulumi.dynamic.Resource {
         seedVolume: undefined,
         seedSha256: undefined,
         createdAt: undefined,
+        egressIp: undefined,
+        checkedAt: undefined,
       },
       {
         ...opts,

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { egressCheckSchema } from "../common/egress";
 import {
   CheckFailure,
   ownerSchema,
@@ -108,6 +109,7 @@ export const proxmoxProxyInputsSchema = z.strictObject({
   installGuestAgent: z.boolean({ error: "installGuestAgent must be true or false" }).default(true),
   // Behaviour.
   readiness: readinessSchema.default({ mode: "port", port: 3128 }),
+  egressCheck: egressCheckSchema.optional(),
   timeouts: timeoutsSchema.default({ createSeconds: 900, readySeconds: 600, deleteSeconds: 300 }),
   owner: ownerSchema,
 });
@@ -129,6 +131,9 @@ export interface ProxmoxProxyOutputs extends ProxmoxProxyInputs {
   seedVolume: string;
   seedSha256: string;
   createdAt: string;
+  /** What the egress check saw at create (see common/egress.ts); absent in older state. */
+  egressIp?: string | null;
+  checkedAt?: string | null;
 }
 
 /**

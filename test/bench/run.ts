@@ -3,6 +3,7 @@
  * the standard tools in the same run. Select some with
  * `npm run bench -- seed libvirt`.
  */
+import { runCheckBenchmarks } from "./check";
 import { runKvmBenchmarks } from "./kvm";
 import { runLibvirtBenchmarks } from "./libvirt";
 import { runProxmoxBenchmarks } from "./pve";
@@ -15,6 +16,7 @@ const suites: Record<string, () => Promise<void>> = {
   libvirt: runLibvirtBenchmarks,
   kvm: runKvmBenchmarks,
   reaper: runReaperBenchmarks,
+  check: runCheckBenchmarks,
 };
 
 async function main(): Promise<void> {

@@ -50,6 +50,10 @@ async function useMocks(preview: boolean): Promise<void> {
           state.vmName = `${args.name}-abcdefghij`;
           state.host = args.type.includes("Kvm") ? "kvm1.lan" : "pve1";
           state.ip = `198.51.100.${10 + index}`;
+          state.checkedAt = "2026-11-30T12:00:00.000Z";
+          // What an egress check would see: every KVM proxy behind one NAT address, Proxmox ones apart.
+          if (inputs.egressCheck !== undefined)
+            state.egressIp = args.type.includes("Kvm") ? "203.0.113.1" : `203.0.113.${100 + index}`;
         }
         return { id: `${args.name}-id`, state };
       },
@@ -241,12 +245,29 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     const slice = byType("kubernetes:discovery.k8s.io/v1:EndpointSlice") as {
       metadata: { name: string; labels: Record<string, string> };
       addressType: string;
-      endpoints: Array<{ addresses: string[] }>;
+      endpoints: Array<{ addresses: string[]; conditions: { ready?: boolean } }>;
       ports: Array<{ port: number }>;
     };
+    assert.deepEqual(
+      slice.endpoints.map((endpoint) => endpoint.conditions),
+      [{ ready: true }, { ready: true }],
+    );
     assert.deepEqual([secret.metadata.name, secret.metadata.namespace], ["egress", "crawlers"]);
     assert.equal(secret.stringData["proxies.txt"], endpoints.map((url) => `${url}\n`).join(""));
-    assert.deepEqual(JSON.parse(secret.stringData["proxies.json"]), endpoints);
+    const published = JSON.parse(secret.stringData["proxies.json"]) as Array<
+      Record<string, unknown>
+    >;
+    assert.deepEqual(
+      published.map((entry) => entry.url),
+      endpoints,
+    );
+    // What readiness found at create (mode "port", no egress check), not a constant.
+    assert.deepEqual(published[0], {
+      url: endpoints[0],
+      ready: true,
+      egressIp: null,
+      checkedAt: "2026-11-30T12:00:00.000Z",
+    });
     assert.equal(service.spec.selector, undefined, "no selector: the slice lists the endpoints");
     assert.equal(service.spec.ports[0].port, 3128);
     assert.equal(slice.metadata.labels["kubernetes.io/service-name"], "egress");
@@ -261,6 +282,74 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       assert.equal(labels["app.kubernetes.io/managed-by"], "pulumi");
       assert.equal(labels.team, "data");
     }
+  });
+
+  it("egress check: each proxy checks through squid with the pool's auth; egress groups them by address", async () => {
+    const instance = new pool.EgressProxyPool("egress", {
+      backends: [KVM("home"), PROXMOX("office")],
+      count: 3,
+      squid: { basicAuth: { user: "crawler", password: "s3cret horse" } },
+      egressCheck: { url: "http://echo.lab/json", field: "ip" },
+      kubernetes: { namespace: "crawlers", name: "egress" },
+    });
+    const groups = await valueOf(instance.egress);
+    const proxies = await valueOf(instance.proxies);
+    await settle();
+    const child = proxiesOf()[0];
+    assert.ok(
+      isSecretValue(child.inputs.egressCheck),
+      "the egress check (with the password) is secret",
+    );
+    assert.deepEqual(plain(child.inputs.egressCheck), {
+      url: "http://echo.lab/json",
+      field: "ip",
+      proxyAuth: { user: "crawler", password: "s3cret horse" },
+    });
+    assert.deepEqual(
+      proxies.map((proxy) => [proxy.name, proxy.egressIp]),
+      [
+        ["home-0", "203.0.113.1"],
+        ["home-1", "203.0.113.1"],
+        ["office-0", proxies[2].egressIp],
+      ],
+    );
+    assert.deepEqual(groups[0], { address: "203.0.113.1", proxies: ["home-0", "home-1"] });
+    assert.equal(groups.length, 2);
+    const secret = plain(
+      registered.find((r) => r.type === "kubernetes:core/v1:Secret")!.inputs,
+    ) as { stringData: Record<string, string> };
+    assert.deepEqual(
+      (JSON.parse(secret.stringData["proxies.json"]) as Array<{ egressIp: string }>).map(
+        (entry) => entry.egressIp,
+      ),
+      proxies.map((proxy) => proxy.egressIp),
+    );
+  });
+
+  it("requireDistinctEgress: a shared egress address fails the pool before anything is published", async () => {
+    const instance = new pool.EgressProxyPool("distinct", {
+      backends: [KVM("home")],
+      count: 2,
+      egressCheck: { url: "http://echo.lab/" },
+      requireDistinctEgress: true,
+      kubernetes: { namespace: "crawlers", name: "egress" },
+    });
+    const failure = await (instance.egress as unknown as { promise(): Promise<unknown> })
+      .promise()
+      .then(
+        () => undefined,
+        (error: Error) => error,
+      );
+    await settle();
+    assert.match(
+      String(failure?.message),
+      /2 proxies leave from 1 distinct egress address; shared: 203\.0\.113\.1 \(home-0, home-1\).*requireDistinctEgress is true, so nothing is published/,
+    );
+    assert.equal(
+      registered.filter((r) => r.type.startsWith("kubernetes:")).length,
+      0,
+      "no Kubernetes object was declared",
+    );
   });
 
   it("refuses bad arguments with every problem named, before declaring anything", () => {

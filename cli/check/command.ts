@@ -1,0 +1,246 @@
+/**
+ * `egress-proxies check`: are the proxies up, and which address does a
+ * target see through each? Reads the endpoints from stack outputs or a
+ * published proxies.json, probes every proxy in parallel (bounded) within a
+ * deadline each, and reports a table, JSON and/or a Prometheus textfile.
+ * Exit 0: all up; 1: some down; 2: usage. See docs/egress.md.
+ */
+import { randomBytes } from "node:crypto";
+import { readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
+import { parseArgs } from "node:util";
+import { egressCheckSchema } from "../../provider/common/egress";
+import type { ProxyCredentials } from "../../provider/common/proxy-probe";
+import { probeProxy, type ProbePlan, type ProbeResult } from "./probe";
+import {
+  CHECK_EXIT,
+  exitStatus,
+  renderJson,
+  renderPrometheus,
+  renderTable,
+  type CheckReport,
+} from "./report";
+import { InputError, targetFromUrl, targetsFromDocument, type ProxyTarget } from "./targets";
+
+export const CHECK_USAGE = `usage: egress-proxies check --target <http://url> [--connect <host:port>]
+         [--egress-url <http://url> [--egress-field <name>]]
+         [--from <file>|- | --proxy <http://[user:pass@]host:port> ...]
+         [--user <name>] [--timeout 10] [--concurrency 32] [--json] [--all] [--prometheus <file>]
+  Input: \`pulumi stack output --json --show-secrets\` (a file, or stdin) or a published proxies.json;
+  without --from or --proxy, stdin is read. Proxies without credentials in their URL use --user and
+  the password in $EGRESS_PROXY_PASSWORD.
+  Each proxy must: GET --target with a 2xx/3xx answer, open a CONNECT tunnel to --connect, and answer
+  with an address from --egress-url (an echo service) — within --timeout seconds.
+  Exit status: 0 all proxies up, 1 some down, 2 usage.`;
+
+export interface CheckIo {
+  out(text: string): void;
+  err(text: string): void;
+  /** Reads all of stdin (injected so tests need no process). */
+  readStdin(): Promise<string>;
+  stdinIsTerminal: boolean;
+  env: Record<string, string | undefined>;
+}
+
+interface CheckOptions {
+  plan: ProbePlan;
+  concurrency: number;
+  json: boolean;
+  all: boolean;
+  prometheus?: string;
+}
+
+export async function check(argv: string[], io: CheckIo): Promise<number> {
+  let options: CheckOptions;
+  let targets: ProxyTarget[];
+  try {
+    const parsed = parseCheckArgs(argv);
+    if (parsed === "help") {
+      io.out(CHECK_USAGE);
+      return CHECK_EXIT.healthy;
+    }
+    options = parsed.options;
+    targets = await readTargets(parsed.sources, parsed.user, io);
+  } catch (error) {
+    if (
+      !(error instanceof InputError) &&
+      !(error as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")
+    )
+      throw error;
+    io.err(`egress-proxies check: ${(error as Error).message}\n${CHECK_USAGE}`);
+    return CHECK_EXIT.usage;
+  }
+  const checkedAt = new Date().toISOString();
+  const results = await mapWithConcurrency(targets, options.concurrency, (target) =>
+    probeProxy(target, options.plan),
+  );
+  const report: CheckReport = { checkedAt, results };
+  if (options.prometheus !== undefined)
+    writeAtomically(options.prometheus, renderPrometheus(report));
+  io.out(options.json ? renderJson(report) : renderTable(report, { all: options.all }));
+  return exitStatus(results);
+}
+
+interface ParsedArgs {
+  options: CheckOptions;
+  sources: { from?: string; proxies: string[] };
+  user?: string;
+}
+
+function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      target: { type: "string" },
+      connect: { type: "string" },
+      "egress-url": { type: "string" },
+      "egress-field": { type: "string" },
+      from: { type: "string" },
+      proxy: { type: "string", multiple: true, default: [] },
+      user: { type: "string" },
+      timeout: { type: "string", default: "10" },
+      concurrency: { type: "string", default: "32" },
+      json: { type: "boolean", default: false },
+      all: { type: "boolean", default: false },
+      prometheus: { type: "string" },
+      help: { type: "boolean", short: "h", default: false },
+    },
+    strict: true,
+    allowPositionals: false,
+  });
+  if (values.help) return "help";
+  if (values.target === undefined)
+    throw new InputError("--target is required: an http:// URL every proxy must fetch");
+  if (!/^http:\/\/[^\s/@]+(\/\S*)?$/.test(values.target))
+    throw new InputError(
+      `--target must be an http:// URL without credentials, e.g. http://example.com/`,
+    );
+  if (
+    values.connect !== undefined &&
+    !/^(\[[0-9a-fA-F:.]+\]|[^\s:/@[\]]+):\d{1,5}$/.test(values.connect)
+  )
+    throw new InputError(`--connect must be host:port, e.g. example.com:443`);
+  let egress: ProbePlan["egress"];
+  if (values["egress-url"] !== undefined) {
+    const parsed = egressCheckSchema.safeParse({
+      url: values["egress-url"],
+      field: values["egress-field"],
+    });
+    if (!parsed.success)
+      throw new InputError(
+        parsed.error.issues
+          .map((issue) =>
+            issue.message
+              .replace("egressCheck.url", "--egress-url")
+              .replace("egressCheck.field", "--egress-field"),
+          )
+          .join("; "),
+      );
+    egress = { url: parsed.data.url, field: parsed.data.field };
+  } else if (values["egress-field"] !== undefined)
+    throw new InputError("--egress-field needs --egress-url");
+  const timeout = wholeNumber(values.timeout, "--timeout", 1, 600);
+  const concurrency = wholeNumber(values.concurrency, "--concurrency", 1, 1024);
+  if (values.from !== undefined && values.proxy.length > 0)
+    throw new InputError("give --from or --proxy, not both");
+  return {
+    options: {
+      plan: { target: values.target, connect: values.connect, egress, timeoutMs: timeout * 1000 },
+      concurrency,
+      json: values.json,
+      all: values.all,
+      prometheus: values.prometheus,
+    },
+    sources: { from: values.from, proxies: values.proxy },
+    user: values.user,
+  };
+}
+
+function wholeNumber(text: string, flag: string, min: number, max: number): number {
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < min || value > max)
+    throw new InputError(`${flag} must be a whole number from ${min} to ${max}`);
+  return value;
+}
+
+async function readTargets(
+  sources: ParsedArgs["sources"],
+  user: string | undefined,
+  io: CheckIo,
+): Promise<ProxyTarget[]> {
+  const password = io.env.EGRESS_PROXY_PASSWORD;
+  if (user !== undefined && password === undefined)
+    throw new InputError(
+      "--user needs the password in $EGRESS_PROXY_PASSWORD (never on the command line)",
+    );
+  const fallback: ProxyCredentials | undefined =
+    user === undefined ? undefined : { user, password: password ?? "" };
+  if (sources.proxies.length > 0)
+    return sources.proxies.map((url, index) =>
+      targetFromUrl(url, `--proxy #${index + 1}`, fallback),
+    );
+  let text: string;
+  let source: string;
+  if (sources.from === undefined || sources.from === "-") {
+    if (sources.from === undefined && io.stdinIsTerminal)
+      throw new InputError(
+        "no proxies: pipe `pulumi stack output --json --show-secrets` in, or give --from or --proxy",
+      );
+    text = await io.readStdin();
+    source = "stdin";
+  } else {
+    source = sources.from;
+    try {
+      text = readFileSync(sources.from, "utf8");
+    } catch (error) {
+      throw new InputError(`--from ${sources.from}: ${(error as Error).message}`);
+    }
+  }
+  if (text.trim() === "")
+    throw new InputError(
+      `${source} is empty: pipe \`pulumi stack output --json --show-secrets\` in, or give --from or --proxy`,
+    );
+  let document: unknown;
+  try {
+    document = JSON.parse(text);
+  } catch (error) {
+    throw new InputError(`${source} is not JSON: ${(error as Error).message}`);
+  }
+  return targetsFromDocument(document, source, fallback);
+}
+
+/** Runs `work` over `items` with at most `limit` at a time; results in input order. */
+export async function mapWithConcurrency<T, R>(
+  items: readonly T[],
+  limit: number,
+  work: (item: T) => Promise<R>,
+): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const index = next++;
+      results[index] = await work(items[index]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return results;
+}
+
+/**
+ * node-exporter's textfile collector may read the file at any moment: write
+ * a hidden temporary file in the same directory (same filesystem), then
+ * rename it over the target, so a reader sees the old file or the new one.
+ */
+export function writeAtomically(path: string, text: string): void {
+  const temporary = join(dirname(path), `.${basename(path)}.${randomBytes(4).toString("hex")}.tmp`);
+  try {
+    writeFileSync(temporary, text, { mode: 0o644 });
+    renameSync(temporary, path);
+  } catch (error) {
+    rmSync(temporary, { force: true });
+    throw error;
+  }
+}
+
+export type { ProbeResult };

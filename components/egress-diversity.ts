@@ -1,0 +1,44 @@
+/**
+ * Egress diversity: a pool is worth as many networks as it has distinct
+ * egress addresses. Two proxies behind one NAT address add capacity, not
+ * diversity. Pure functions; the pool turns them into an output, a warning
+ * in `pulumi up`, or (requireDistinctEgress) an error before publishing.
+ */
+
+/** One egress address and the proxies (pool keys, `<backend>-<index>`) behind it. */
+export interface EgressGroup {
+  address: string;
+  proxies: string[];
+}
+
+/** Groups proxies by the address their egress check saw; proxies without one are left out. */
+export function groupByEgress(
+  proxies: readonly { name: string; egressIp: string | null | undefined }[],
+): EgressGroup[] {
+  const groups = new Map<string, string[]>();
+  for (const proxy of proxies) {
+    if (proxy.egressIp === null || proxy.egressIp === undefined) continue;
+    const members = groups.get(proxy.egressIp) ?? [];
+    members.push(proxy.name);
+    groups.set(proxy.egressIp, members);
+  }
+  return [...groups.entries()]
+    .map(([address, members]) => ({ address, proxies: [...members].sort() }))
+    .sort((a, b) => b.proxies.length - a.proxies.length || a.address.localeCompare(b.address));
+}
+
+/** The groups with more than one proxy. */
+export const sharedEgress = (groups: readonly EgressGroup[]): EgressGroup[] =>
+  groups.filter((group) => group.proxies.length > 1);
+
+/** One sentence naming every shared address and its proxies, or undefined when all differ. */
+export function sharedEgressMessage(
+  poolName: string,
+  groups: readonly EgressGroup[],
+): string | undefined {
+  const shared = sharedEgress(groups);
+  if (shared.length === 0) return undefined;
+  const proxies = groups.reduce((total, group) => total + group.proxies.length, 0);
+  const list = shared.map((group) => `${group.address} (${group.proxies.join(", ")})`).join("; ");
+  return `EgressProxyPool ${poolName}: ${proxies} proxies leave from ${groups.length} distinct egress address${groups.length === 1 ? "" : "es"}; shared: ${list}. Proxies behind one address add capacity, not diversity (see docs/egress.md)`;
+}

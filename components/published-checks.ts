@@ -1,0 +1,69 @@
+/**
+ * What the published endpoints say about each proxy: what readiness and the
+ * egress check found at deploy time, not a constant. Pure functions the
+ * Kubernetes publishing uses for the Secret's proxies.json and the
+ * EndpointSlice.
+ */
+
+/** What was checked about one proxy when it was created. */
+export interface EndpointCheck {
+  /** The VM's address (the key that ties the check to a URL and a slice endpoint). */
+  address: string;
+  /** true: readiness checked the proxy answers; null: nothing checked that (readiness "address"). */
+  ready: boolean | null;
+  /** The address targets see, from the egress check; null without one. */
+  egressIp: string | null;
+  /** When it was checked, ISO 8601; null when nothing was. */
+  checkedAt: string | null;
+}
+
+/** One entry of the Secret's proxies.json. */
+export interface PublishedProxy {
+  url: string;
+  ready: boolean | null;
+  egressIp: string | null;
+  checkedAt: string | null;
+}
+
+/**
+ * proxies.json: one object per proxy, `url` first. `urls[i]` and `checks[i]`
+ * describe the same proxy (the pool builds both from one list).
+ */
+export function proxiesJson(
+  urls: readonly string[],
+  checks: readonly EndpointCheck[] = [],
+): string {
+  const entries: PublishedProxy[] = urls.map((url, index) => ({
+    url,
+    ready: checks[index]?.ready ?? null,
+    egressIp: checks[index]?.egressIp ?? null,
+    checkedAt: checks[index]?.checkedAt ?? null,
+  }));
+  return JSON.stringify(entries);
+}
+
+/**
+ * An EndpointSlice endpoint. `conditions.ready` is what readiness found;
+ * unknown is left out, which Kubernetes reads as ready (the documented
+ * meaning of an absent condition), so a pool with readiness "address" keeps
+ * receiving traffic as before.
+ */
+export function sliceEndpoint(
+  address: string,
+  check: EndpointCheck | undefined,
+): { addresses: string[]; conditions: { ready?: boolean } } {
+  const ready = check?.ready;
+  return {
+    addresses: [address],
+    conditions: ready === null || ready === undefined ? {} : { ready },
+  };
+}
+
+/** The slice annotation carrying the egress addresses and check times (conditions have no room for them). */
+export const CHECKS_ANNOTATION = "egress-proxies.dev/checks";
+
+export function checksAnnotation(checks: readonly EndpointCheck[]): string {
+  return JSON.stringify(
+    checks.map(({ address, egressIp, checkedAt }) => ({ address, egressIp, checkedAt })),
+  );
+}

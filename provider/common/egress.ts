@@ -1,0 +1,183 @@
+/**
+ * The egress check: which address does a target see when a request leaves
+ * through this proxy? A URL that answers with the caller's address (plain
+ * text, or JSON with the address in a field) is fetched *through* the proxy,
+ * with the proxy's basic auth. Shared by both resources' create paths (one
+ * call after readiness) and by the `egress-proxies check` command.
+ */
+import { isIP } from "node:net";
+import { z } from "zod";
+import { Deadline, sleepWithin } from "./deadline";
+import { PermanentError } from "./errors";
+import { fetchThroughProxy, type ProxyCredentials, type ProxyProbeResult } from "./proxy-probe";
+
+/** JSON fields tried in order when `field` is not given (ipify, httpbin, ifconfig.co, ip-api). */
+export const DEFAULT_EGRESS_FIELDS = ["ip", "origin", "address", "query"] as const;
+
+export const egressCheckSchema = z.strictObject({
+  /** Fetched through the proxy; answers with the caller's address. */
+  url: z
+    .string({
+      error: "egressCheck.url must be an http:// URL that answers with the caller's address",
+    })
+    .regex(/^http:\/\/[^\s/@]+(\/\S*)?$/, {
+      error:
+        'egressCheck.url must be an http:// URL without credentials (the proxy fetches it), e.g. "http://echo.example.net/ip"',
+    }),
+  /** The JSON field holding the address (dots for nesting); default: plain text, or ip/origin/address/query. */
+  field: z
+    .string({ error: 'egressCheck.field must be a JSON field name, e.g. "ip" or "client.address"' })
+    .regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, {
+      error: 'egressCheck.field must be a JSON field name, e.g. "ip" or "client.address"',
+    })
+    .optional(),
+  /** The proxy's own basic auth, when squid requires it (the pool fills this in). Secret. */
+  proxyAuth: z
+    .strictObject({
+      user: z.string({ error: "egressCheck.proxyAuth.user must be a string" }).min(1),
+      password: z.string({ error: "egressCheck.proxyAuth.password must be a string" }),
+    })
+    .optional(),
+});
+export type EgressCheck = z.output<typeof egressCheckSchema>;
+
+export type EgressAnswer = { ok: true; address: string } | { ok: false; reason: string };
+
+/**
+ * The caller's address from an echo service's answer: a bare address (one
+ * line), or JSON with it in `field` (or a conventional field). httpbin's
+ * `origin` may list several addresses ("a, b") when proxies add
+ * X-Forwarded-For: the first is the client as the service saw it.
+ */
+export function parseEgressAnswer(body: string, field?: string): EgressAnswer {
+  const text = body.trim();
+  if (text === "") return { ok: false, reason: "the answer was empty" };
+  if (text.startsWith("{")) return fromJson(text, field);
+  if (field !== undefined)
+    return {
+      ok: false,
+      reason: `egressCheck.field is ${field} but the answer is not JSON: ${quote(text)}`,
+    };
+  return (
+    asAddress(text) ?? { ok: false, reason: `the answer is not an IP address: ${quote(text)}` }
+  );
+}
+
+function fromJson(text: string, field: string | undefined): EgressAnswer {
+  let document: unknown;
+  try {
+    document = JSON.parse(text);
+  } catch {
+    return { ok: false, reason: `the answer looks like JSON but does not parse: ${quote(text)}` };
+  }
+  const paths =
+    field === undefined ? DEFAULT_EGRESS_FIELDS.map((name) => [name]) : [field.split(".")];
+  for (const path of paths) {
+    const value = path.reduce<unknown>(
+      (node, key) =>
+        node !== null && typeof node === "object"
+          ? (node as Record<string, unknown>)[key]
+          : undefined,
+      document,
+    );
+    if (typeof value === "string") {
+      const address = asAddress(value.split(",")[0]!.trim());
+      if (address !== undefined) return address;
+      return { ok: false, reason: `field ${path.join(".")} is not an IP address: ${quote(value)}` };
+    }
+  }
+  const wanted = field ?? DEFAULT_EGRESS_FIELDS.join(", ");
+  return {
+    ok: false,
+    reason: `no address in the JSON answer (looked at ${wanted}): ${quote(text)}`,
+  };
+}
+
+function asAddress(text: string): { ok: true; address: string } | undefined {
+  // Brackets and a zone are not what an echo service sends; keep it strict.
+  return isIP(text) === 0 ? undefined : { ok: true, address: text.toLowerCase() };
+}
+
+/**
+ * A proxy's answer in one line for an error message: the status, squid's
+ * error code when squid made the page, and the page's title (squid's pages
+ * are long HTML whose first 200 characters are boilerplate) or the start
+ * of the body.
+ */
+export function describeAnswer(answer: ProxyProbeResult): string {
+  const squid = answer.squidError === undefined ? "" : ` (squid: ${answer.squidError})`;
+  const title = /<title>([^<]*)<\/title>/i.exec(answer.body)?.[1];
+  return `HTTP ${answer.status}${squid} ${quote(title ?? answer.body)}`;
+}
+
+/** At most 200 characters of an answer, on one line: enough to recognise a squid error page. */
+export function quote(text: string): string {
+  const flat = text.replace(/\s+/g, " ").trim();
+  return JSON.stringify(flat.length > 200 ? `${flat.slice(0, 200)}…` : flat);
+}
+
+export interface EgressFinding {
+  /** The address the egress check saw, null without a check. */
+  egressIp: string | null;
+  /** When readiness (and the egress check) passed, ISO 8601; null when nothing was checked. */
+  checkedAt: string | null;
+}
+
+/**
+ * One fetch of the egress URL through the proxy. Resolves with the address,
+ * or rejects: PermanentError when the proxy refused our credentials or the
+ * service answered something that is no address (retrying cannot help),
+ * a plain Error for what may pass (no answer yet, squid still starting: 5xx).
+ */
+export async function fetchEgressAddress(
+  proxy: { host: string; port: number },
+  check: { url: string; field?: string },
+  timeoutMs: number,
+  credentials?: ProxyCredentials,
+): Promise<string> {
+  const answer = await fetchThroughProxy(proxy, check.url, timeoutMs, credentials);
+  const { status, body } = answer;
+  const where = `egressCheck ${check.url} through the proxy at ${proxy.host}:${proxy.port}`;
+  if (status === 407)
+    throw new PermanentError(
+      `${where}: the proxy asked for credentials (${describeAnswer(answer)})${credentials === undefined ? "; set egressCheck.proxyAuth" : "; check egressCheck.proxyAuth"}`,
+    );
+  if (status < 200 || status >= 300) throw new Error(`${where}: ${describeAnswer(answer)}`);
+  const parsed = parseEgressAnswer(body, check.field);
+  if (!parsed.ok) throw new PermanentError(`${where}: ${parsed.reason}`);
+  return parsed.address;
+}
+
+/**
+ * The step both create paths take once readiness passed: with an egress
+ * check, fetch the address through the proxy until it answers (squid may
+ * answer 503 for a few seconds after its port opens). Failing is a readiness
+ * failure quoting the proxy's last answer.
+ */
+export async function egressAtReadiness(
+  ip: string | null,
+  inputs: { readiness: { mode: string; port: number }; egressCheck?: EgressCheck },
+  deadline: Deadline,
+): Promise<EgressFinding> {
+  if (ip === null || inputs.readiness.mode === "none") return { egressIp: null, checkedAt: null };
+  const check = inputs.egressCheck;
+  if (check === undefined) return { egressIp: null, checkedAt: new Date().toISOString() };
+  const proxy = { host: ip, port: inputs.readiness.port };
+  let last = "no attempt";
+  while (!deadline.expired()) {
+    try {
+      const egressIp = await fetchEgressAddress(
+        proxy,
+        check,
+        deadline.capped(10_000),
+        check.proxyAuth,
+      );
+      return { egressIp, checkedAt: new Date().toISOString() };
+    } catch (error) {
+      if (error instanceof PermanentError) throw error;
+      last = (error as Error).message;
+    }
+    await sleepWithin(2000, deadline);
+  }
+  throw deadline.timeoutError(`the egress check (last answer: ${last})`);
+}

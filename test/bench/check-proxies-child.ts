@@ -1,0 +1,31 @@
+/**
+ * The bench's proxy farm, in its own process so its work does not share the
+ * checker's event loop: an echo service and N squid-like forward proxies on
+ * loopback (127.0.1.x, each leaving from its own address), with basic auth.
+ * Prints `{"echo": <port>, "urls": [...]}` and runs until SIGTERM.
+ */
+import { startEchoServer, startForwardProxy, startTcpEchoServer } from "../support/forward-proxy";
+
+export const BENCH_AUTH = { user: "bench", password: "bench password" };
+
+async function main(): Promise<void> {
+  const count = Number(process.argv[2] ?? "200");
+  const echo = await startEchoServer("127.0.0.1");
+  const tunnel = await startTcpEchoServer("127.0.0.1");
+  const urls: string[] = [];
+  for (let index = 0; index < count; index++) {
+    const host = `127.0.1.${index + 1}`;
+    const proxy = await startForwardProxy({ host, auth: BENCH_AUTH, egressAddress: host });
+    urls.push(
+      `http://${BENCH_AUTH.user}:${encodeURIComponent(BENCH_AUTH.password)}@${host}:${proxy.port}`,
+    );
+  }
+  process.stdout.write(`${JSON.stringify({ echo: echo.port, tunnel: tunnel.port, urls })}\n`);
+  process.on("SIGTERM", () => process.exit(0));
+}
+
+if (require.main === module)
+  main().catch((error: unknown) => {
+    process.stderr.write(`check-proxies-child: ${(error as Error).message}\n`);
+    process.exit(1);
+  });
