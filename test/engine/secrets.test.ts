@@ -24,6 +24,7 @@ const SECRETS = {
   vendorData: "#cloud-config\n# sentinel-vendor-data-2287\n",
   networkConfig: "version: 2\n# sentinel-network-config-6604\n",
   urlPassword: "sentinel-url-password-8812",
+  proxyPassword: "sentinel-proxy-password-4410",
 };
 
 /** The distinctive part of each secret, searched for in what would be stored. */
@@ -35,6 +36,7 @@ const NEEDLES = [
   "sentinel-vendor-data-2287",
   "sentinel-network-config-6604",
   SECRETS.urlPassword,
+  SECRETS.proxyPassword,
 ];
 
 function assertNoPlaintext(stored: string, needles: readonly string[], what: string): void {
@@ -86,6 +88,10 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       networkConfig: SECRETS.networkConfig,
       // An Output: made secret once resolved, when it turns out to carry userinfo.
       readiness: { probeUrl: { $output: `http://probe:${SECRETS.urlPassword}@example.com/` } },
+      egressCheck: {
+        url: "http://echo.example/",
+        proxyAuth: { user: "squid", password: SECRETS.proxyPassword },
+      },
       ...overrides,
     });
 
@@ -94,6 +100,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       assert.deepEqual(registration.secretPaths.sort(), [
         "connection.passphrase",
         "connection.privateKey",
+        "egressCheck.proxyAuth.password",
         "image.url",
         "networkConfig",
         "readiness.probeUrl",
@@ -102,6 +109,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       ]);
       assert.deepEqual(registration.additionalSecretOutputs.sort(), [
         "connection",
+        "egressCheck",
         "networkConfig",
         "seedSha256",
         "userData",
@@ -216,6 +224,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       ]);
       assert.deepEqual(registration.additionalSecretOutputs.sort(), [
         "apiToken",
+        "egressCheck",
         "seedSha256",
         "userData",
         "vendorData",

@@ -177,6 +177,7 @@ describe("lab: egress-proxies doctor on a stock Debian host", function () {
     try {
       const file = join(dir, "config.json");
       const pool = {
+        count: 2,
         backends: [
           {
             name: "stock",
