@@ -59,6 +59,7 @@ const parser = new XMLParser({
   isArray: (name) => ["disk", "interface", "controller"].includes(name),
 });
 
+/** FROZEN with MARK_XML_NAMESPACE: existing domains carry <egress:mark>; a rename orphans them. */
 const MARK_ELEMENT = "mark";
 
 /**

@@ -170,7 +170,7 @@ export const kvmProxyInputsSchema = z
     network: networkSchema.default({ name: "default" }),
     // Machine.
     vmName: vmNameSchema.optional(),
-    /** "user" when the name was given, "provider" when check generated it (diff decides deleteBeforeReplace). */
+    /** "user" when the name was given, "provider" when check generated it (diff decides deleteBeforeReplace). FROZEN key and values: old state. */
     vmNameChosenBy: z.enum(["user", "provider"]).optional(),
     vcpus: wholeNumber("vcpus", 1, 128, 2).default(1),
     memoryMiB: wholeNumber("memoryMiB", 256, 1_048_576, 1024).default(1024),

@@ -74,7 +74,7 @@ export const proxmoxProxyInputsSchema = z.strictObject({
   seedStorage: storageId("seedStorage", "seeds"),
   vmidRange: vmidRangeSchema.default({ first: 20000, last: 29999 }),
   vmName: vmNameSchema.optional(),
-  /** "user" when the name was given, "provider" when check generated it (diff decides deleteBeforeReplace). */
+  /** "user" when the name was given, "provider" when check generated it (diff decides deleteBeforeReplace). FROZEN key and values: old state. */
   vmNameChosenBy: z.enum(["user", "provider"]).optional(),
   // Machine.
   cores: wholeNumber("cores", 1, 128, 2).default(1),
@@ -117,7 +117,7 @@ export const proxmoxProxyInputsSchema = z.strictObject({
 /** Checked inputs, defaults applied. */
 export type ProxmoxProxyInputs = z.output<typeof proxmoxProxyInputsSchema> & { vmName: string };
 
-/** What create/read/update return: the inputs plus what only the host knows. */
+/** What create/read/update return: the inputs plus what only the host knows. FROZEN key names: vmid, vmName, vmNameChosenBy (old state). */
 export interface ProxmoxProxyOutputs extends ProxmoxProxyInputs {
   vmid: number;
   /** The node, under the name KvmProxy uses for its host. */
