@@ -3,7 +3,7 @@
  * alike, and how a resource class registers them so that no plaintext of them
  * reaches state.
  *
- * How Pulumi keeps them secret (see pulumi-dynamic.md): the engine strips the
+ * How Pulumi keeps them secret (docs/pulumi.md, "Secrets"): the engine strips the
  * secret marks before it calls a dynamic provider, then puts them back on what
  * check, create, read and update return wherever the returned property has the
  * same name (and, inside objects, the same path) as a secret input.

@@ -4,7 +4,8 @@ import { redactText } from "../common/redact";
 /**
  * The one place a Proxmox failure gets its class. Everything the API, a task or
  * the network can say ends up here; the table is tested row by row
- * (test/pve-sim/classify.test.ts). Facts referenced: ../shared/design/proxmox-facts.md.
+ * ("proxmox classify: the one table" in test/unit/proxmox-pure.test.ts). The
+ * Fn labels are the Proxmox behaviours listed in docs/proxmox.md, "Proxmox VE behaviours we rely on".
  */
 
 /** What PVE sent back for a failed request (F1). */

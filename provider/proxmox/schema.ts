@@ -1,3 +1,4 @@
+// Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
 import { z } from "zod";
 import { egressCheckSchema } from "../common/egress";
 import {

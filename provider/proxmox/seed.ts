@@ -1,3 +1,4 @@
+// Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
 import { Deadline } from "../common/deadline";
 import { buildNoCloudSeed } from "../nocloud";
 import { ProxmoxClient, segment } from "./client";

@@ -1,3 +1,4 @@
+// Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
 /**
  * Issue 10 item 1 for ProxmoxProxy: a create that fails at any step leaves on
  * the node exactly what Pulumi's state records. A failure the simulator makes
