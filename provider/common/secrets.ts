@@ -33,7 +33,7 @@ export const URL_INPUT_PATHS = [
 ] as const;
 
 /** Outputs computed from secret inputs under a name of their own. */
-export const DERIVED_SECRET_OUTPUTS = ["seedSha256"] as const;
+const DERIVED_SECRET_OUTPUTS = ["seedSha256"] as const;
 
 /** True when the text is a URL with a user name or password in it. */
 export function hasUserinfo(text: string): boolean {

@@ -201,7 +201,7 @@ async function describeBase(
   };
 }
 
-export function describeProgress(name: string, progress: ImageDownloadProgress): string {
+function describeProgress(name: string, progress: ImageDownloadProgress): string {
   const mib = (bytes: number) => (bytes / 1024 / 1024).toFixed(1);
   const total = progress.totalBytes !== undefined ? ` of ${mib(progress.totalBytes)} MiB` : "";
   return `${name}: ${mib(progress.bytes)} MiB${total} at ${mib(progress.bytesPerSecond)} MiB/s`;

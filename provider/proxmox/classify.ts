@@ -78,7 +78,7 @@ function rejectedTokenHint({ token }: ApiFailure): string {
   );
 }
 
-export function describeApiFailure(failure: ApiFailure): string {
+function describeApiFailure(failure: ApiFailure): string {
   const params = Object.entries(failure.parameterErrors).map(
     ([name, message]) => `${name}: ${message.trim()}`,
   );
@@ -185,9 +185,4 @@ export function isTaskFailure(error: unknown): boolean {
 /** F4: the clone target VMID is taken (a crash mid-create, a parallel create, or someone else). */
 export function isVmidTaken(error: unknown): boolean {
   return error instanceof EgressProxyError && /config file already exists/i.test(error.detail);
-}
-
-/** `nextid?vmid=N` answers 400 "VM N already exists" for a taken VMID (flow step 1). */
-export function isVmidInUse(error: unknown): boolean {
-  return error instanceof EgressProxyError && /VM \d+ already exists/i.test(error.detail);
 }

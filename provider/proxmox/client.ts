@@ -198,7 +198,7 @@ export async function closeAllProxmoxPools(): Promise<void> {
   await Promise.all(all.map((pool) => pool.close().catch(() => undefined)));
 }
 
-export function normalizeEndpoint(endpoint: string): string {
+function normalizeEndpoint(endpoint: string): string {
   let url: URL;
   try {
     url = new URL(endpoint);

@@ -22,7 +22,7 @@ export type { CheckFailure };
  */
 
 /** F9 / rule 7: the tag pattern Proxmox accepts once folded to lower case. */
-export const TAG_PATTERN = /^[a-z0-9_][a-z0-9_\-+.]*$/;
+const TAG_PATTERN = /^[a-z0-9_][a-z0-9_\-+.]*$/;
 const STORAGE_ID = /^[a-z][a-z0-9\-_.]*$/i;
 const NODE_NAME = /^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$/;
 const BRIDGE_NAME = /^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$/;
@@ -34,7 +34,7 @@ const storageId = (field: string, example: string) =>
       error: `${field} must be a Proxmox storage id (letters, digits, '-', '_', '.'), e.g. "${example}"`,
     });
 
-export const vmidRangeSchema = z
+const vmidRangeSchema = z
   .strictObject({
     first: wholeNumber("vmidRange.first", 100, 999_999_999, 20000),
     last: wholeNumber("vmidRange.last", 100, 999_999_999, 29999),

@@ -5,7 +5,7 @@ import { ProxmoxClient, segment } from "./client";
 import { waitForTask } from "./tasks";
 
 /** One seed ISO per VM, named after it, on the dedicated ISO storage (rule 11). */
-export function seedFileName(vmName: string): string {
+function seedFileName(vmName: string): string {
   return `${vmName}-seed.iso`;
 }
 

@@ -99,7 +99,7 @@ export async function waitForTask(
 }
 
 /** The last lines of a task's log; best effort, an unreadable log must not hide the real error. */
-export async function taskLogTail(
+async function taskLogTail(
   client: ProxmoxClient,
   upid: Upid,
   options: Pick<WaitOptions, "deadline" | "logTailLines">,

@@ -15,7 +15,7 @@ export interface VmRef {
   vmid: number;
 }
 
-export const vmPath = (ref: VmRef): string => `/nodes/${segment(ref.node)}/qemu/${ref.vmid}`;
+const vmPath = (ref: VmRef): string => `/nodes/${segment(ref.node)}/qemu/${ref.vmid}`;
 
 /** F8: a mid-clone entry has no name; `lock` only when set. */
 export interface ClusterVmEntry {
