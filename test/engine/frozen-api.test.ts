@@ -122,7 +122,7 @@ describe("frozen API: what existing state and VMs depend on (docs/frozen-api.md)
         assert.deepEqual(
           requires.map((r) => r.path),
           [`${PACKAGE}/${frozen.module}`],
-          "the closure stored in state requires exactly the frozen module",
+          "the closure stored in state requires exactly the frozen module; a moved module needs a shim at the old path, a new path is frozen from its first release (add it here and to docs/frozen-api.md)",
         );
         for (const call of requires[0].calls)
           assert.ok(frozen.exports.includes(call), `the stored closure calls ${call}, not frozen`);
