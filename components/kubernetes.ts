@@ -13,7 +13,7 @@
 import * as pulumi from "@pulumi/pulumi";
 
 /** The optional peer dependency this module loads on first use. */
-export const KUBERNETES_PACKAGE = "@pulumi/kubernetes";
+const KUBERNETES_PACKAGE = "@pulumi/kubernetes";
 import {
   checksAnnotation,
   CHECKS_ANNOTATION,
@@ -90,7 +90,7 @@ function loadKubernetes(owner: string): KubernetesModule {
 }
 
 /** Conventional labels (https://kubernetes.io/docs/concepts/overview/working-with-objects/common-labels/). */
-export function publishingLabels(
+function publishingLabels(
   instance: pulumi.Input<string>,
   extra: Record<string, string> = {},
 ): pulumi.Input<Record<string, pulumi.Input<string>>> {
@@ -108,7 +108,7 @@ export function publishingLabels(
  * The Secret's two keys: `proxies.txt` (one URL a line) and `proxies.json`
  * (an array of `{ url, ready, egressIp, checkedAt }`, see published-checks.ts).
  */
-export function secretDocuments(
+function secretDocuments(
   urls: readonly string[],
   checks?: readonly EndpointCheck[],
 ): Record<string, string> {

@@ -102,7 +102,7 @@ export function sha512Crypt(password: string, salt: string): string {
  * password give the same cloud-init document on every `pulumi up`, so an
  * unchanged password never looks like a change that replaces every VM.
  */
-export function deterministicSalt(user: string, password: string): string {
+function deterministicSalt(user: string, password: string): string {
   const digest = createHmac("sha256", password)
     .update(`egress-proxies basic-auth ${user}`)
     .digest();

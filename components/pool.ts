@@ -27,6 +27,7 @@ import {
 } from "./squid-cloud-init";
 
 /** Frozen: renaming the type would replace every pool (and so every VM) in existing stacks. */
+/** FROZEN: the component's type token is in every child's URN; a rename replaces the whole pool. */
 export const EGRESS_PROXY_POOL_TYPE = "egress-proxies:index:EgressProxyPool";
 
 /** Debian 12's official cloud image: has cloud-init, and squid in its archive. */

@@ -20,8 +20,8 @@ export const DEFAULT_ALLOWED_CLIENT_CIDRS: readonly string[] = [
   "172.16.0.0/12",
   "192.168.0.0/16",
 ];
-export const SQUID_CONFIG_PATH = "/etc/squid/squid.conf";
-export const SQUID_PASSWORD_FILE = "/etc/squid/egress-proxies.htpasswd";
+const SQUID_CONFIG_PATH = "/etc/squid/squid.conf";
+const SQUID_PASSWORD_FILE = "/etc/squid/egress-proxies.htpasswd";
 /** Debian and Ubuntu put the helper here; those are the images this document targets. */
 const BASIC_AUTH_HELPER = "/usr/lib/squid/basic_ncsa_auth";
 

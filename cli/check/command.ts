@@ -232,7 +232,7 @@ export async function mapWithConcurrency<T, R>(
  * a hidden temporary file in the same directory (same filesystem), then
  * rename it over the target, so a reader sees the old file or the new one.
  */
-export function writeAtomically(path: string, text: string): void {
+function writeAtomically(path: string, text: string): void {
   const temporary = join(dirname(path), `.${basename(path)}.${randomBytes(4).toString("hex")}.tmp`);
   try {
     writeFileSync(temporary, text, { mode: 0o644 });

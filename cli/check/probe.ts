@@ -109,7 +109,7 @@ function withDeadline<T>(work: Promise<T>, deadline: Deadline): Promise<T> {
  * the tunnel at once (opening it is what the probe checks: squid's access
  * rules, auth and its reach to the target).
  */
-export function connectThroughProxy(
+function connectThroughProxy(
   proxy: { host: string; port: number },
   authority: string,
   credentials?: ProxyCredentials,

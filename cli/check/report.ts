@@ -10,7 +10,7 @@ import type { ProbeResult } from "./probe";
 export const CHECK_EXIT = { healthy: 0, someDown: 1, usage: 2 } as const;
 
 /** Above this many proxies the table lists only the down ones unless --all. */
-export const FULL_TABLE_LIMIT = 25;
+const FULL_TABLE_LIMIT = 25;
 
 export interface CheckReport {
   /** ISO 8601, when the check started. */
@@ -40,7 +40,7 @@ export function summarize(results: readonly ProbeResult[]): Summary {
   };
 }
 
-export const egressGroups = (results: readonly ProbeResult[]): EgressGroup[] =>
+const egressGroups = (results: readonly ProbeResult[]): EgressGroup[] =>
   groupByEgress(results.map((result) => ({ name: result.name, egressIp: result.egressIp })));
 
 export function exitStatus(results: readonly ProbeResult[]): number {

@@ -23,7 +23,7 @@ export const DOCTOR_USAGE = `usage: egress-proxies doctor [--fix] [--json] [--ti
   Without --stack, --config-json or --host: the local libvirt socket with KvmProxy's defaults.
   --stack runs \`pulumi config --json --show-secrets --stack <name>\`; --config-json reads its saved output.`;
 
-export const DOCTOR_EXIT = { ready: 0, notReady: 1, usage: 2 } as const;
+const DOCTOR_EXIT = { ready: 0, notReady: 1, usage: 2 } as const;
 
 export interface Output {
   out(text: string): void;

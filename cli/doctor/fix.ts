@@ -11,7 +11,7 @@ import { safeErrorMessage } from "../../provider/common/redact";
 import type { LibvirtHost } from "../../provider/kvm/host";
 import type { Finding, SafeFix } from "../../provider/kvm/preflight";
 
-export function defaultPoolXml(path: string): string {
+function defaultPoolXml(path: string): string {
   return `<pool type="dir"><name>default</name><target><path>${path}</path></target></pool>`;
 }
 

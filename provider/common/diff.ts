@@ -36,7 +36,7 @@ const valueAt = (inputs: Record<string, unknown>, path: string): unknown =>
     );
 
 /** The table's paths whose values differ (an unknown value counts as different). */
-export function changedPaths(
+function changedPaths(
   table: ChangeTable,
   olds: Record<string, unknown>,
   news: Record<string, unknown>,

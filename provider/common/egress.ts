@@ -12,7 +12,7 @@ import { PermanentError } from "./errors";
 import { fetchThroughProxy, type ProxyCredentials, type ProxyProbeResult } from "./proxy-probe";
 
 /** JSON fields tried in order when `field` is not given (ipify, httpbin, ifconfig.co, ip-api). */
-export const DEFAULT_EGRESS_FIELDS = ["ip", "origin", "address", "query"] as const;
+const DEFAULT_EGRESS_FIELDS = ["ip", "origin", "address", "query"] as const;
 
 export const egressCheckSchema = z.strictObject({
   /** Fetched through the proxy; answers with the caller's address. */
@@ -111,7 +111,7 @@ export function describeAnswer(answer: ProxyProbeResult): string {
 }
 
 /** At most 200 characters of an answer, on one line: enough to recognise a squid error page. */
-export function quote(text: string): string {
+function quote(text: string): string {
   const flat = text.replace(/\s+/g, " ").trim();
   return JSON.stringify(flat.length > 200 ? `${flat.slice(0, 200)}…` : flat);
 }

@@ -31,7 +31,12 @@ export type MarkReading =
 
 export type Ownership = "ours" | "foreign" | "unmarked" | "corrupt";
 
-/** XML namespace of the libvirt metadata element, and the Proxmox tag. Frozen: changing them orphans every VM. */
+/**
+ * FROZEN, all four and FIELD_ORDER: the libvirt metadata element's namespace and
+ * prefix, the Proxmox tag and the description block's header and field names
+ * are written on every existing VM; changing one orphans them all (read,
+ * delete and the reaper would no longer know them). Add fields, never rename.
+ */
 export const MARK_XML_NAMESPACE = "urn:egress-proxies:ownership:1";
 export const MARK_XML_PREFIX = "egress";
 export const MARK_TAG = "egress-proxies";

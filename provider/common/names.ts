@@ -6,9 +6,9 @@ import { PermanentError } from "./errors";
  * hostnames (cloud-init local-hostname) and DNS. One rule fits all of them: an
  * RFC 1123 DNS label, lower case, at most 63 characters.
  */
-export const MAX_VM_NAME_LENGTH = 63;
+const MAX_VM_NAME_LENGTH = 63;
 /** 10 base32 characters = 50 bits: a 1e-6 chance of collision needs ~35,000 VMs per prefix. */
-export const VM_NAME_SUFFIX_LENGTH = 10;
+const VM_NAME_SUFFIX_LENGTH = 10;
 
 const DNS_LABEL = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/;
 const BASE32_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567";

@@ -15,7 +15,7 @@
  *   record could never be deleted.
  */
 
-/** Output key of a recorded partial create: the next update continues the create. */
+/** Output key of a recorded partial create: the next update continues the create. FROZEN: old state carries it. */
 export const CREATE_INCOMPLETE_KEY = "createIncomplete";
 
 /** The serialized provider's key in a dynamic resource's inputs and outputs. */

@@ -43,13 +43,6 @@ export function redactText(text: string, secrets: Iterable<string | undefined> =
     .replace(URL_USERINFO, (_m, scheme: string) => `${scheme}${REDACTED}@`);
 }
 
-/** How cloud-init payloads appear in messages: their size, never their content. */
-export function describePayload(payload: Uint8Array | string | undefined): string {
-  if (payload === undefined) return "(none)";
-  const length = typeof payload === "string" ? Buffer.byteLength(payload) : payload.byteLength;
-  return `<${length} bytes, content redacted>`;
-}
-
 /**
  * A value that refuses to be printed. `String(secret)`, `JSON.stringify` and
  * `console.log` all show "[redacted]"; only `reveal()` gives the value.

@@ -3,7 +3,7 @@
  * alike, and how a resource class registers them so that no plaintext of them
  * reaches state.
  *
- * How Pulumi keeps them secret (see pulumi-dynamic.md): the engine strips the
+ * How Pulumi keeps them secret (docs/pulumi.md, "Secrets"): the engine strips the
  * secret marks before it calls a dynamic provider, then puts them back on what
  * check, create, read and update return wherever the returned property has the
  * same name (and, inside objects, the same path) as a secret input.
@@ -33,7 +33,7 @@ export const URL_INPUT_PATHS = [
 ] as const;
 
 /** Outputs computed from secret inputs under a name of their own. */
-export const DERIVED_SECRET_OUTPUTS = ["seedSha256"] as const;
+const DERIVED_SECRET_OUTPUTS = ["seedSha256"] as const;
 
 /** True when the text is a URL with a user name or password in it. */
 export function hasUserinfo(text: string): boolean {

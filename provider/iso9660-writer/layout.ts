@@ -43,7 +43,7 @@ export const MAX_NAME_UTF8_BYTES = 135;
 /** ISO 9660 allows 8 directory levels; beyond that some readers refuse the tree. */
 export const MAX_DEPTH = 8;
 /** The sizes in directory records are 32-bit. */
-export const MAX_FILE_SIZE = 0xffffffff;
+const MAX_FILE_SIZE = 0xffffffff;
 
 // Control characters are exactly what this must match.
 // eslint-disable-next-line no-control-regex

@@ -6,7 +6,7 @@
 
 export const SECTOR_SIZE = 2048;
 /** A directory record's length is one byte, so it can never exceed this. */
-export const MAX_DIRECTORY_RECORD = 255;
+const MAX_DIRECTORY_RECORD = 255;
 
 export function bothEndian16(value: number): Buffer {
   const out = Buffer.alloc(4);
@@ -23,7 +23,7 @@ export function bothEndian32(value: number): Buffer {
 }
 
 /** 7-byte "recording date and time" used by directory records and RR TF entries (UTC). */
-export function shortDate(date: Date): Buffer {
+function shortDate(date: Date): Buffer {
   return Buffer.from([
     date.getUTCFullYear() - 1900,
     date.getUTCMonth() + 1,

@@ -42,7 +42,7 @@ type HostTarget = Pick<KvmProxyInputs, "connection" | "socketPath">;
  * resource's connection gives none; after them come SSH_AUTH_SOCK and
  * ~/.ssh/id_*. Module state of the provider process, never serialized.
  */
-export const KVM_CONFIG_KEYS = {
+const KVM_CONFIG_KEYS = {
   privateKey: "egress-proxies:kvmPrivateKey",
   passphrase: "egress-proxies:kvmPassphrase",
   knownHosts: "egress-proxies:kvmKnownHosts",

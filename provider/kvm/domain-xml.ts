@@ -59,6 +59,7 @@ const parser = new XMLParser({
   isArray: (name) => ["disk", "interface", "controller"].includes(name),
 });
 
+/** FROZEN with MARK_XML_NAMESPACE: existing domains carry <egress:mark>; a rename orphans them. */
 const MARK_ELEMENT = "mark";
 
 /**
@@ -229,7 +230,7 @@ const text = (node: unknown): string | undefined => {
  * answer: the query already named our namespace, and libvirt returns the
  * element without declaring it.
  */
-export function readMarkFromElement(container: unknown, namespaceKnown = false): MarkReading {
+function readMarkFromElement(container: unknown, namespaceKnown = false): MarkReading {
   for (const [key, value] of Object.entries(asNode(container))) {
     if (key.startsWith("@_") || key === "#text") continue;
     for (const element of Array.isArray(value) ? value : [value]) {

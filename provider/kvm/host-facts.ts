@@ -55,7 +55,7 @@ async function namedObjects(
   return { active, inactive, ...(started ? { autostart: started } : {}) };
 }
 
-export async function gatherHostFacts(
+async function gatherHostFacts(
   host: LibvirtHost,
   wants: PreflightWants,
   options: GatherOptions = {},

@@ -4,7 +4,7 @@
  * and a small marker volume written last, so "marker present" means "base
  * complete and verified".
  *
- * Rules the earlier system learned the hard way:
+ * Rules learned on real hosts (by the Go operator this package replaces):
  * - ten proxies starting at once on one host download once (single flight
  *   per host, pool and image in this provider process);
  * - a base that has a marker is never replaced: live overlays back onto it;
@@ -201,7 +201,7 @@ async function describeBase(
   };
 }
 
-export function describeProgress(name: string, progress: ImageDownloadProgress): string {
+function describeProgress(name: string, progress: ImageDownloadProgress): string {
   const mib = (bytes: number) => (bytes / 1024 / 1024).toFixed(1);
   const total = progress.totalBytes !== undefined ? ` of ${mib(progress.totalBytes)} MiB` : "";
   return `${name}: ${mib(progress.bytes)} MiB${total} at ${mib(progress.bytesPerSecond)} MiB/s`;

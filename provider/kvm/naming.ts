@@ -7,6 +7,8 @@ import { createHash } from "node:crypto";
 import { base32 } from "../common/names";
 import { PermanentError } from "../common/errors";
 
+// FROZEN: volume names, the base-image prefix and the resource id form are in existing
+// state and on existing hosts (delete and the reaper find volumes by these names).
 export const overlayVolumeName = (vmName: string): string => `${vmName}.qcow2`;
 export const seedVolumeName = (vmName: string): string => `${vmName}-seed.iso`;
 

@@ -86,14 +86,14 @@ export interface Finding {
 }
 
 /** Where Debian, Ubuntu and Fedora keep libvirt images; virt-install's pool `default` points here. */
-export const DEFAULT_POOL_PATH = "/var/lib/libvirt/images";
+const DEFAULT_POOL_PATH = "/var/lib/libvirt/images";
 /** `<os firmware="efi">` with `<firmware><feature .../>` (secure-boot off) needs libvirt 7.2. */
-export const MIN_LIBVIRT_FOR_UEFI = 7_002_000;
+const MIN_LIBVIRT_FOR_UEFI = 7_002_000;
 /** The machine and architecture every proxy VM uses (domain-xml.ts). */
 export const DOMAIN_MACHINE = "q35";
 export const DOMAIN_ARCH = "x86_64";
 
-export function formatLibvirtVersion(version: number): string {
+function formatLibvirtVersion(version: number): string {
   return `${Math.floor(version / 1_000_000)}.${Math.floor(version / 1000) % 1000}.${version % 1000}`;
 }
 

@@ -2,6 +2,10 @@
  * KvmProxy's dynamic-provider methods. Each reads as a short story; the
  * details live in the modules it calls. check and diff are pure and offline,
  * so `pulumi preview` works in CI without any route to a hypervisor.
+ *
+ * FROZEN: this module's path (dist/provider/kvm/provider.js) and the exports
+ * configure, check, diff, create, read, update and remove are required by the
+ * provider code stored in every KvmProxy's state (see resource.ts).
  */
 import type * as pulumi from "@pulumi/pulumi";
 import type { z } from "zod";
@@ -56,7 +60,10 @@ import { overlayCapacity, overlayVolumeXml, rawVolumeXml } from "./volume-xml";
 
 type Props = Record<string, unknown>;
 
-/** What create, read and update return: the checked inputs plus what only the host knows. */
+/**
+ * What create, read and update return: the checked inputs plus what only the host knows.
+ * FROZEN key names (old state is read by new code): libvirtUuid, vmName, vmNameChosenBy, createIncomplete.
+ */
 export interface KvmProxyOutputs extends KvmProxyInputs {
   host: string;
   ip: string | null;

@@ -7,6 +7,12 @@ import { kvmProxyInputsSchema } from "./schema";
  * The provider object Pulumi serializes into state. It captures nothing but
  * the implementation module (emitted as a `require` of this package), so no
  * credential or live handle ends up in the closure.
+ *
+ * FROZEN: every KvmProxy's state stores this closure, which requires
+ * `egress-proxies/dist/provider/kvm/provider.js` and calls the exports named
+ * here; delete and refresh run that stored code. Moving or renaming either
+ * needs a shim at the old path (docs/frozen-api.md;
+ * test/engine/frozen-api.test.ts).
  */
 const kvmProvider: pulumi.dynamic.ResourceProvider = {
   configure: (request) => implementation.configure(request),
@@ -166,6 +172,7 @@ export class KvmProxy extends pulumi.dynamic.Resource {
         ...opts,
         additionalSecretOutputs: [...(opts.additionalSecretOutputs ?? []), ...SECRET_OUTPUTS],
       },
+      // FROZEN: type token pulumi-nodejs:dynamic/egress-proxies:KvmProxy; a rename replaces every VM.
       "egress-proxies",
       "KvmProxy",
     );

@@ -23,7 +23,7 @@ const NETWORK_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 const SHA256 = /^[0-9a-f]{64}$/;
 const CPU_MODEL = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 
-export const DEFAULT_SOCKET_PATH = "/var/run/libvirt/libvirt-sock";
+const DEFAULT_SOCKET_PATH = "/var/run/libvirt/libvirt-sock";
 
 export const connectionSchema = z.strictObject({
   host: z
@@ -170,7 +170,7 @@ export const kvmProxyInputsSchema = z
     network: networkSchema.default({ name: "default" }),
     // Machine.
     vmName: vmNameSchema.optional(),
-    /** "user" when the name was given, "provider" when check generated it (diff decides deleteBeforeReplace). */
+    /** "user" when the name was given, "provider" when check generated it (diff decides deleteBeforeReplace). FROZEN key and values: old state. */
     vmNameChosenBy: z.enum(["user", "provider"]).optional(),
     vcpus: wholeNumber("vcpus", 1, 128, 2).default(1),
     memoryMiB: wholeNumber("memoryMiB", 256, 1_048_576, 1024).default(1024),
@@ -212,8 +212,6 @@ export const kvmProxyInputsSchema = z
 
 /** Checked inputs, defaults applied; check always fills vmName. */
 export type KvmProxyInputs = z.output<typeof kvmProxyInputsSchema> & { vmName: string };
-export type KvmProxyArgsShape = z.input<typeof kvmProxyInputsSchema>;
-export type KvmConnection = z.output<typeof connectionSchema>;
 
 export function validateKvmInputs(
   raw: Record<string, unknown>,

@@ -4,7 +4,8 @@ import { redactText } from "../common/redact";
 /**
  * The one place a Proxmox failure gets its class. Everything the API, a task or
  * the network can say ends up here; the table is tested row by row
- * (test/pve-sim/classify.test.ts). Facts referenced: ../shared/design/proxmox-facts.md.
+ * ("proxmox classify: the one table" in test/unit/proxmox-pure.test.ts). The
+ * Fn labels are the Proxmox behaviours listed in docs/proxmox.md, "Proxmox VE behaviours we rely on".
  */
 
 /** What PVE sent back for a failed request (F1). */
@@ -77,7 +78,7 @@ function rejectedTokenHint({ token }: ApiFailure): string {
   );
 }
 
-export function describeApiFailure(failure: ApiFailure): string {
+function describeApiFailure(failure: ApiFailure): string {
   const params = Object.entries(failure.parameterErrors).map(
     ([name, message]) => `${name}: ${message.trim()}`,
   );
@@ -184,9 +185,4 @@ export function isTaskFailure(error: unknown): boolean {
 /** F4: the clone target VMID is taken (a crash mid-create, a parallel create, or someone else). */
 export function isVmidTaken(error: unknown): boolean {
   return error instanceof EgressProxyError && /config file already exists/i.test(error.detail);
-}
-
-/** `nextid?vmid=N` answers 400 "VM N already exists" for a taken VMID (flow step 1). */
-export function isVmidInUse(error: unknown): boolean {
-  return error instanceof EgressProxyError && /VM \d+ already exists/i.test(error.detail);
 }

@@ -1,3 +1,4 @@
+// Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
 import { createHash } from "node:crypto";
 import { Agent, fetch } from "undici";
 import { PermanentError } from "../common/errors";
@@ -197,7 +198,7 @@ export async function closeAllProxmoxPools(): Promise<void> {
   await Promise.all(all.map((pool) => pool.close().catch(() => undefined)));
 }
 
-export function normalizeEndpoint(endpoint: string): string {
+function normalizeEndpoint(endpoint: string): string {
   let url: URL;
   try {
     url = new URL(endpoint);
@@ -278,5 +279,5 @@ function parameterErrors(body: PveBody | undefined): Record<string, string> {
   return out;
 }
 
-/** Path segment encoding; UPIDs contain ':' and '@' and '!' and must be encoded (facts: UPID). */
+/** Path segment encoding; UPIDs contain ':' and '@' and '!' and must be encoded (docs/proxmox.md, section 9). */
 export const segment = (value: string | number): string => encodeURIComponent(String(value));

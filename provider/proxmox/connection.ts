@@ -16,7 +16,7 @@ export const CONFIG_KEYS = {
   insecure: "egress-proxies:proxmoxInsecure",
 } as const;
 
-export const ENV_KEYS = {
+const ENV_KEYS = {
   endpoint: "PROXMOX_VE_ENDPOINT",
   apiToken: "PROXMOX_VE_API_TOKEN",
   /** PEM text, or a path to a PEM file. */

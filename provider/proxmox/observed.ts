@@ -56,7 +56,7 @@ export function tagsOf(value: string | undefined, userListsMarkTag = false): str
 const asList = (value: unknown): unknown[] => (Array.isArray(value) ? value : []);
 
 /** Whole GiB as a whole number; any other size keeps its fraction (3 places). */
-export function gibOf(bytes: number): number {
+function gibOf(bytes: number): number {
   return Number.isInteger(bytes / GIB) ? bytes / GIB : Math.round((bytes / GIB) * 1000) / 1000;
 }
 

@@ -62,8 +62,13 @@ import { observedInputs } from "./observed";
 
 /**
  * ProxmoxProxy's check/diff/create/read/update/delete, each a short story over
- * the steps in vm.ts and seed.ts. The flow and the rules are those of
- * ../shared/design/proxmox-facts.md.
+ * the steps in vm.ts and seed.ts. The flow, the facts (Fn) and the rules are
+ * those of docs/proxmox.md, "Proxmox VE behaviours we rely on".
+ *
+ * FROZEN: this module's path (dist/provider/proxmox/provider.js) and the
+ * exports configure, check, diff, create, read, update and deleteProxy are
+ * required by the provider code stored in every ProxmoxProxy's state (see
+ * resource.ts).
  */
 
 type Props = Record<string, unknown>;
@@ -736,7 +741,7 @@ function initialOutputs(spec: ProxmoxProxyInputs, vm: EnsuredVm): ProxmoxProxyOu
   };
 }
 
-/** The id is stable for the VM's life: `nodes/<node>/qemu/<vmid>`. */
+/** The id is stable for the VM's life: `nodes/<node>/qemu/<vmid>`. FROZEN: stored in state, used by `.get`. */
 export function resourceId(ref: VmRef): string {
   return `nodes/${ref.node}/qemu/${ref.vmid}`;
 }

@@ -7,6 +7,12 @@ import { proxmoxProxyInputsSchema } from "./schema";
  * The provider object Pulumi serializes into state. It captures nothing but
  * the implementation module (emitted as a `require` of this package), so no
  * credential or live handle ends up in the closure.
+ *
+ * FROZEN: every ProxmoxProxy's state stores this closure, which requires
+ * `egress-proxies/dist/provider/proxmox/provider.js` and calls the exports
+ * named here; delete and refresh run that stored code. Moving or renaming
+ * either needs a shim at the old path (docs/frozen-api.md;
+ * test/engine/frozen-api.test.ts).
  */
 const proxmoxProvider: pulumi.dynamic.ResourceProvider = {
   configure: (request) => implementation.configure(request),
@@ -141,6 +147,7 @@ export class ProxmoxProxy extends pulumi.dynamic.Resource {
         ...opts,
         additionalSecretOutputs: [...(opts.additionalSecretOutputs ?? []), ...SECRET_OUTPUTS],
       },
+      // FROZEN: type token pulumi-nodejs:dynamic/egress-proxies:ProxmoxProxy; a rename replaces every VM.
       "egress-proxies",
       "ProxmoxProxy",
     );

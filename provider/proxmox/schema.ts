@@ -1,3 +1,4 @@
+// Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
 import { z } from "zod";
 import { egressCheckSchema } from "../common/egress";
 import {
@@ -21,7 +22,7 @@ export type { CheckFailure };
  */
 
 /** F9 / rule 7: the tag pattern Proxmox accepts once folded to lower case. */
-export const TAG_PATTERN = /^[a-z0-9_][a-z0-9_\-+.]*$/;
+const TAG_PATTERN = /^[a-z0-9_][a-z0-9_\-+.]*$/;
 const STORAGE_ID = /^[a-z][a-z0-9\-_.]*$/i;
 const NODE_NAME = /^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$/;
 const BRIDGE_NAME = /^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$/;
@@ -33,7 +34,7 @@ const storageId = (field: string, example: string) =>
       error: `${field} must be a Proxmox storage id (letters, digits, '-', '_', '.'), e.g. "${example}"`,
     });
 
-export const vmidRangeSchema = z
+const vmidRangeSchema = z
   .strictObject({
     first: wholeNumber("vmidRange.first", 100, 999_999_999, 20000),
     last: wholeNumber("vmidRange.last", 100, 999_999_999, 29999),
@@ -74,7 +75,7 @@ export const proxmoxProxyInputsSchema = z.strictObject({
   seedStorage: storageId("seedStorage", "seeds"),
   vmidRange: vmidRangeSchema.default({ first: 20000, last: 29999 }),
   vmName: vmNameSchema.optional(),
-  /** "user" when the name was given, "provider" when check generated it (diff decides deleteBeforeReplace). */
+  /** "user" when the name was given, "provider" when check generated it (diff decides deleteBeforeReplace). FROZEN key and values: old state. */
   vmNameChosenBy: z.enum(["user", "provider"]).optional(),
   // Machine.
   cores: wholeNumber("cores", 1, 128, 2).default(1),
@@ -117,7 +118,7 @@ export const proxmoxProxyInputsSchema = z.strictObject({
 /** Checked inputs, defaults applied. */
 export type ProxmoxProxyInputs = z.output<typeof proxmoxProxyInputsSchema> & { vmName: string };
 
-/** What create/read/update return: the inputs plus what only the host knows. */
+/** What create/read/update return: the inputs plus what only the host knows. FROZEN key names: vmid, vmName, vmNameChosenBy (old state). */
 export interface ProxmoxProxyOutputs extends ProxmoxProxyInputs {
   vmid: number;
   /** The node, under the name KvmProxy uses for its host. */

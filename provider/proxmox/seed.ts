@@ -1,10 +1,11 @@
+// Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
 import { Deadline } from "../common/deadline";
 import { buildNoCloudSeed } from "../nocloud";
 import { ProxmoxClient, segment } from "./client";
 import { waitForTask } from "./tasks";
 
 /** One seed ISO per VM, named after it, on the dedicated ISO storage (rule 11). */
-export function seedFileName(vmName: string): string {
+function seedFileName(vmName: string): string {
   return `${vmName}-seed.iso`;
 }
 

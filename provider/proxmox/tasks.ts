@@ -1,9 +1,10 @@
+// Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
 import { EgressProxyError, isTransient, PermanentError } from "../common/errors";
 import { Deadline, sleepWithin } from "../common/deadline";
 import { ProxmoxClient, segment } from "./client";
 import { classifyTaskFailure } from "./classify";
 
-/** UPID:<node>:<pid 8 hex>:<pstart 8-9 hex>:<starttime 8 hex>:<type>:<id>:<user>: (facts: UPID). */
+/** UPID:<node>:<pid 8 hex>:<pstart 8-9 hex>:<starttime 8 hex>:<type>:<id>:<user>: (docs/proxmox.md, section 9, "Also relied on"). */
 export interface Upid {
   text: string;
   node: string;
@@ -98,7 +99,7 @@ export async function waitForTask(
 }
 
 /** The last lines of a task's log; best effort, an unreadable log must not hide the real error. */
-export async function taskLogTail(
+async function taskLogTail(
   client: ProxmoxClient,
   upid: Upid,
   options: Pick<WaitOptions, "deadline" | "logTailLines">,

@@ -2,7 +2,8 @@ import { markFromText, markToText, MarkReading, OwnershipMark } from "../common/
 
 /**
  * Pure readings and rewrites of Proxmox VM config values. No I/O here, so
- * every rule from proxmox-facts.md that is about config text is unit-tested.
+ * every rule about config text in docs/proxmox.md, "Proxmox VE behaviours we rely on"
+ * (Fn, rule n) is unit-tested.
  */
 
 /** `virtio=BC:24:11:AA:BB:CC,bridge=vmbr0,firewall=1,tag=20` */

@@ -5,8 +5,9 @@ import { waitForTask } from "./tasks";
 
 /**
  * The Proxmox calls the provider's stories are made of, one function per API
- * step of the flow in proxmox-facts.md. Each takes the deadline it must finish
- * within; none retries on its own (the caller decides what is safe to repeat).
+ * step of the create flow in docs/proxmox.md, "Proxmox VE behaviours we rely on"
+ * (flow steps, Fn, rules). Each takes the deadline it must finish within; none
+ * retries on its own (the caller decides what is safe to repeat).
  */
 
 export interface VmRef {
@@ -14,7 +15,7 @@ export interface VmRef {
   vmid: number;
 }
 
-export const vmPath = (ref: VmRef): string => `/nodes/${segment(ref.node)}/qemu/${ref.vmid}`;
+const vmPath = (ref: VmRef): string => `/nodes/${segment(ref.node)}/qemu/${ref.vmid}`;
 
 /** F8: a mid-clone entry has no name; `lock` only when set. */
 export interface ClusterVmEntry {

@@ -22,7 +22,7 @@ export interface SshCredentials {
 }
 
 /** The key files OpenSSH tries by default, in its order. */
-export const DEFAULT_IDENTITY_FILES = ["id_ed25519", "id_ecdsa", "id_rsa"];
+const DEFAULT_IDENTITY_FILES = ["id_ed25519", "id_ecdsa", "id_rsa"];
 
 function reveal<T>(value: T | SecretValue<T> | undefined): T | undefined {
   return value instanceof SecretValue ? value.reveal() : value;

@@ -83,7 +83,7 @@ export function entryMatchesHost(entry: KnownHostEntry, name: string): boolean {
 }
 
 /** The key type string at the start of an SSH public key blob. */
-export function keyTypeOfBlob(blob: Buffer): string {
+function keyTypeOfBlob(blob: Buffer): string {
   if (blob.length < 4) return "";
   const length = blob.readUInt32BE(0);
   if (length > blob.length - 4 || length > 64) return "";

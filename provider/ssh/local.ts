@@ -19,11 +19,7 @@ export interface LocalLibvirtOptions extends ConnectionOptions {
   connectTimeoutMs?: number;
 }
 
-export function connectUnixSocket(
-  path: string,
-  timeoutMs: number,
-  signal?: AbortSignal,
-): Promise<Socket> {
+function connectUnixSocket(path: string, timeoutMs: number, signal?: AbortSignal): Promise<Socket> {
   return new Promise<Socket>((resolve, reject) => {
     const socket = connect({ path });
     const fail = (error: Error): void => {
@@ -66,7 +62,7 @@ export function connectUnixSocket(
  * Debian and Ubuntu the socket is root:libvirt 0660/0770: a user outside the
  * group gets EACCES, and `usermod -aG` only counts from the next login.
  */
-export function unixSocketProblem(path: string, error: NodeJS.ErrnoException): string {
+function unixSocketProblem(path: string, error: NodeJS.ErrnoException): string {
   const prefix = `cannot connect to libvirt socket ${path}: ${error.message}`;
   if (error.code === "EACCES" || error.code === "EPERM")
     return (

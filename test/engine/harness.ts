@@ -20,7 +20,7 @@ import { Empty } from "google-protobuf/google/protobuf/empty_pb";
 
 /**
  * Does what the Pulumi engine does with a dynamic resource, using the SDK's own
- * parts (see ../shared/design/pulumi-dynamic.md, "Testing without the CLI"):
+ * parts (docs/pulumi.md, "Testing without the CLI"):
  *
  * 1. `packIntoConsumerProject`: `npm pack` this repository and unpack it into
  *    a temporary consumer project's node_modules, so module resolution and

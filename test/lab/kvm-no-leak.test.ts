@@ -1,5 +1,5 @@
 /**
- * Issue 10 item 1 for KvmProxy, on the real lab: every step of create is made
+ * Create never leaks, for KvmProxy, on the real lab: every step of create is made
  * to fail for real (a bridge that does not exist, an inactive libvirt network,
  * a pool that fills up, a readiness that never comes, the SSH link cut
  * mid-create). Afterwards the host holds exactly what state would record:

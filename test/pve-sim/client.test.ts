@@ -1,3 +1,4 @@
+// Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
 import assert from "node:assert/strict";
 import { request } from "node:https";
 import { Deadline } from "../../provider/common/deadline";

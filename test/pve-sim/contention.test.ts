@@ -1,3 +1,4 @@
+// Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
 import assert from "node:assert/strict";
 import * as provider from "../../provider/proxmox/provider";
 import { useSimulator } from "./harness";

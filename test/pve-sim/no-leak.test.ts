@@ -1,5 +1,6 @@
+// Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
 /**
- * Issue 10 item 1 for ProxmoxProxy: a create that fails at any step leaves on
+ * Create never leaks, for ProxmoxProxy: a create that fails at any step leaves on
  * the node exactly what Pulumi's state records. A failure the simulator makes
  * for real (a task that ends in error, an agent that never answers, a VM
  * removed behind our back) either leaves nothing, or hands the engine a

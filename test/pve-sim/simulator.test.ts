@@ -4,7 +4,7 @@ import { useSimulator } from "./harness";
 import { PveSimulator, PVE9_PROXY_PRIVILEGES } from "./simulator";
 
 /**
- * The simulator against ../shared/design/proxmox-facts.md, fact by fact, at
+ * The simulator against docs/proxmox.md, "Proxmox VE behaviours we rely on", fact by fact, at
  * the raw HTTP level (status, reason phrase, body), so the client's view
  * cannot hide a wrong shape.
  */
@@ -107,7 +107,7 @@ function multipart(
 
 const MULTIPART = { "content-type": "multipart/form-data; boundary=b0undary" };
 
-describe("pve-sim reproduces proxmox-facts.md", () => {
+describe("pve-sim reproduces the Proxmox behaviours of docs/proxmox.md", () => {
   const env = useSimulator({ agentDelayMs: 30, taskMs: { qmclone: 80 } });
 
   it("F1: errors carry the text as reason phrase and as message ending in a newline; 400s add errors", async () => {

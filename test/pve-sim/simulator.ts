@@ -6,7 +6,7 @@ import { parseMultipart } from "./multipart";
 import { simulatorTls } from "./ca";
 
 /**
- * A Proxmox VE API simulator that reproduces ../shared/design/proxmox-facts.md
+ * A Proxmox VE API simulator that reproduces docs/proxmox.md, "Proxmox VE behaviours we rely on"
  * (the F-numbers in comments point there). Real where the protocol is real:
  * HTTPS with a private CA, token auth, multipart uploads with Content-Length,
  * asynchronous tasks with real-format UPIDs, config locks, per-VM flocks and a
