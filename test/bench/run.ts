@@ -2,6 +2,11 @@
  * `npm run bench`: every benchmark of the project, measured side by side with
  * the standard tools in the same run. Select some with
  * `npm run bench -- seed libvirt`.
+ *
+ * Each lab suite brings the lab up itself and stops what it started, so every
+ * suite runs from a cold lab as well as a warm one (useLab re-validates the
+ * lab between suites). A failing suite does not hide the others' figures: all
+ * run, the failures are listed at the end and the exit status is 1.
  */
 import { runCheckBenchmarks } from "./check";
 import { runKvmBenchmarks } from "./kvm";
@@ -26,11 +31,20 @@ async function main(): Promise<void> {
     throw new Error(
       `unknown benchmark ${unknown.join(", ")}; known: ${Object.keys(suites).join(", ")}`,
     );
+  const failed: string[] = [];
   for (const [name, run] of Object.entries(suites)) {
     if (wanted.length > 0 && !wanted.includes(name)) continue;
     console.log(`# ${name}`);
-    await run();
+    const started = Date.now();
+    try {
+      await run();
+    } catch (error) {
+      failed.push(name);
+      console.error(`# ${name} FAILED:`, error);
+    }
+    console.log(`# ${name} took ${((Date.now() - started) / 1000).toFixed(1)} s`);
   }
+  if (failed.length > 0) throw new Error(`benchmark suites failed: ${failed.join(", ")}`);
 }
 
 main().catch((error) => {

@@ -81,6 +81,30 @@ describe("examples compile against the packed package", function () {
     ]);
   });
 
+  it("each example installs the package the way the README says: the tarball `npm pack` writes", () => {
+    const manifest = JSON.parse(readFileSync(join(REPOSITORY, "package.json"), "utf8")) as {
+      version: string;
+      peerDependencies: Record<string, string>;
+    };
+    // What `npm pack` at the repository root writes (the name npm derives from name and version).
+    const tarball = join(REPOSITORY, `egress-proxies-${manifest.version}.tgz`);
+    const packed = readdirSync(project.dir).filter((file) => file.endsWith(".tgz"));
+    assert.deepEqual(packed, [`egress-proxies-${manifest.version}.tgz`]);
+    for (const example of examples) {
+      const { dependencies } = JSON.parse(
+        readFileSync(join(EXAMPLES, example, "package.json"), "utf8"),
+      ) as { dependencies: Record<string, string> };
+      const spec = dependencies["egress-proxies"] ?? "";
+      assert.match(spec, /^file:/, `${example}: the package is not on the npm registry`);
+      assert.equal(resolve(EXAMPLES, example, spec.slice("file:".length)), tarball, example);
+      assert.equal(
+        dependencies["@pulumi/pulumi"],
+        manifest.peerDependencies["@pulumi/pulumi"],
+        `${example} asks for the SDK range the package claims`,
+      );
+    }
+  });
+
   for (const example of examples)
     it(`${example} type-checks (strict) with the package as users install it`, () => {
       const source = readFileSync(join(EXAMPLES, example, "index.ts"), "utf8");

@@ -6,7 +6,9 @@
  */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
+import { engineCallMs } from "../lab/budgets";
 import { useLab, type LabEnv } from "../lab/fixture";
+import { LabGuests } from "../lab/guests";
 import {
   ensureProxyImage,
   labConnection,
@@ -34,6 +36,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
   const servers: DynamicProviderServer[] = [];
   const engines: FakeEngine[] = [];
   const cleanups: Array<() => Promise<void>> = [];
+  const guests = new LabGuests();
 
   before(async () => {
     lab = await useLab();
@@ -47,6 +50,8 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     for (const cleanup of cleanups) await cleanup().catch(() => undefined);
     await Promise.all(servers.map((server) => server.stop()));
     await Promise.all(engines.map((engine) => engine.stop()));
+    // Whatever delete could not remove (a create cut short by a deadline) goes by name.
+    if (lab) await guests.removeAll(lab);
     await imageServer?.close();
     project?.remove();
   });
@@ -128,6 +133,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
       process.env,
       engine.address,
     );
+    server.callTimeoutMs = engineCallMs();
     servers.push(server);
     engines.push(engine);
     // The key comes from provider config (a secret in Pulumi.<stack>.yaml), not from the resource.
@@ -139,6 +145,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     const checked = await server.check(urn, {}, captured.inputs);
     assert.deepEqual(checked.failures, []);
     const inputs = checked.inputs;
+    guests.add(String(inputs.vmName));
 
     const created = await server.create(urn, inputs);
     // If an assertion below fails, the VM still goes (delete is idempotent).

@@ -22,7 +22,9 @@ import { execFileSync } from "node:child_process";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { request } from "node:http";
+import { engineCallMs, guestReadySeconds, guestTestTimeoutMs, kvmTimeouts } from "../lab/budgets";
 import { useLab, type LabEnv } from "../lab/fixture";
+import { LabGuests } from "../lab/guests";
 import {
   ensureProxyImage,
   linkHostToLab,
@@ -130,7 +132,8 @@ interface Seen {
 }
 
 describe("engine: the root program end to end (lab KVM + Proxmox simulator)", function () {
-  this.timeout(900_000);
+  // Two TCG guests boot at once, then squid is awaited on each (test/lab/budgets.ts).
+  this.timeout(guestTestTimeoutMs(2));
   let lab: LabEnv;
   let image: ProxyImage;
   let imageServer: RunningServer;
@@ -139,6 +142,7 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
   let project: ConsumerProject;
   let server: DynamicProviderServer;
   const cleanups: Array<() => Promise<unknown>> = [];
+  const guests = new LabGuests();
 
   before(async () => {
     lab = await useLab();
@@ -155,12 +159,17 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
       project: "egress-proxies",
       stack: "e2e",
     });
+    // The create call lasts as long as the guests take to boot: the provider's budget, plus a minute.
+    server.callTimeoutMs = engineCallMs();
     await server.configure({});
   });
 
   after(async () => {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
     await server?.stop();
+    // Whatever the provider could not delete (a create cut short, a failed delete) goes by name,
+    // once the provider server (and any create still running in it) is stopped.
+    if (lab) await guests.removeAll(lab);
     await sim?.settle();
     await sim?.close();
     await imageServer?.close();
@@ -188,7 +197,7 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
             network: { bridge: lab.bridge },
             domainType: "qemu",
             memoryMiB: 512,
-            timeouts: { createSeconds: 600, readySeconds: 300, deleteSeconds: 120 },
+            timeouts: kvmTimeouts(),
           },
         },
         {
@@ -263,6 +272,7 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
         const checked = await server.check(urn, {}, inputs);
         assert.deepEqual(checked.failures, [], child.name);
         assert.match(String(checked.inputs.vmName), new RegExp(`^${child.name}-[a-z2-7]{10}$`));
+        if (child.type.endsWith(":KvmProxy")) guests.add(String(checked.inputs.vmName));
         const result = await server.create(urn, checked.inputs);
         created[child.name] = { ...result, urn };
         cleanups.push(() => server.delete(urn, result.id, result.properties));
@@ -304,7 +314,7 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
     for (const kvmIp of kvmIps) {
       const proxy = { host: kvmIp, port: 3128 };
       let response: { status: number; body: string } | undefined;
-      const deadline = Date.now() + 300_000;
+      const deadline = Date.now() + guestReadySeconds() * 1000;
       while (Date.now() < deadline) {
         response = await getThroughProxy(proxy, target.url, credentials).catch(() => undefined);
         if (response?.status === 200) break;

@@ -21,7 +21,9 @@ import {
 import * as kvm from "../../provider/kvm/provider";
 import { Procedures, type LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
 import { openLocalLibvirt } from "../../provider/ssh/local";
+import { guestTestTimeoutMs, kvmTimeouts } from "./budgets";
 import { useLab, type LabEnv } from "./fixture";
+import { LabGuests } from "./guests";
 import {
   SQUID_USER_DATA,
   ensureProxyImage,
@@ -36,7 +38,7 @@ import {
 const owner = { project: "egress-lab", stack: "kvm-proxy-test", resource: "proxy" };
 
 describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", function () {
-  this.timeout(600_000);
+  this.timeout(guestTestTimeoutMs(1));
   let lab: LabEnv;
   let image: ProxyImage;
   let imageServer: RunningServer;
@@ -56,8 +58,11 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
   });
 
   const cleanups: Array<() => Promise<void>> = [];
+  const guests = new LabGuests();
   after(async () => {
     for (const cleanup of cleanups) await cleanup().catch(() => undefined);
+    // Whatever the provider could not delete (a create cut short, a failed test) goes by name.
+    if (lab) await guests.removeAll(lab);
     if (imageServer)
       for (const url of [imageServer.url, parallelImageUrl(), resumeImageUrl()])
         await removeBaseImage(url).catch(() => undefined);
@@ -112,7 +117,7 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
       image: { url: imageServer.url, sha256: image.sha256 },
       userData: SQUID_USER_DATA,
       readiness: { mode: "port", port: 3128 },
-      timeouts: { createSeconds: 480, readySeconds: 420, deleteSeconds: 120 },
+      timeouts: kvmTimeouts(),
       ...overrides,
     };
   }
@@ -123,6 +128,7 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
   ): Promise<Record<string, unknown>> {
     const { inputs, failures } = await kvm.check(olds, raw);
     assert.deepEqual(failures, []);
+    guests.add(String(inputs.vmName));
     return inputs;
   }
 

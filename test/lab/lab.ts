@@ -1,9 +1,12 @@
 /**
  * Bringing the lab up from Node (tests and benchmarks). `useLab()` runs
- * test/lab/lab-up.sh once per process (idempotent: ~0.1 s when already up)
- * and remembers which processes this process started, so
- * `stopWhatThisProcessStarted()` stops exactly those, by PID, and leaves a
- * lab someone else started alone. Failing to start throws, loudly.
+ * test/lab/lab-up.sh (idempotent: ~0.1 s when already up) and remembers which
+ * processes this process started, so `stopWhatThisProcessStarted()` stops
+ * exactly those, by PID, and leaves a lab someone else started alone. The
+ * description is handed out again only while every recorded lab process is
+ * still alive: after a stop (one bench suite ends, the next begins) the lab
+ * is brought up anew instead of handing out a dead sshd's address. Failing to
+ * start throws, loudly.
  */
 import { execFile } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
@@ -84,8 +87,24 @@ async function bringUp(): Promise<LabEnv> {
   return JSON.parse(readFileSync(`${LAB_DIR}/env.json`, "utf8")) as LabEnv;
 }
 
-/** Brings the lab up once per test run and returns its description. */
-export function useLab(): Promise<LabEnv> {
+/** The lab's recorded processes (virtlogd, libvirtd, dnsmasq, sshd) all still run under their names. */
+function labProcessesAlive(): boolean {
+  const recorded = readPids(`${LAB_DIR}/pids`);
+  return recorded.length > 0 && recorded.every((p) => commandNameOf(p.pid) === p.name);
+}
+
+/**
+ * Brings the lab up (once while it stays up) and returns its description.
+ * A description handed out earlier is re-validated: when the lab went down
+ * since, it is brought up again.
+ */
+export async function useLab(): Promise<LabEnv> {
+  if (labReady !== undefined) {
+    const ready = labReady;
+    const env = await ready.catch(() => undefined);
+    if (env !== undefined && labProcessesAlive()) return env;
+    if (labReady === ready) labReady = undefined;
+  }
   labReady ??= bringUp();
   return labReady;
 }
@@ -101,6 +120,33 @@ export async function stopByPid({ name, pid }: RecordedProcess): Promise<void> {
 /** Stops, newest first and by PID, the lab processes this process started (unless LAB_KEEP=1). */
 export async function stopWhatThisProcessStarted(): Promise<void> {
   if (process.env.LAB_KEEP === "1") return;
+  if (startedHere.length === 0) return;
+  if (startedHere.some((p) => p.name === "libvirtd")) await destroyLeftoverGuests();
   for (const p of startedHere.reverse()) await stopByPid(p);
   startedHere.length = 0;
+  labReady = undefined;
+}
+
+/**
+ * Guests still running on a libvirtd this process started are leaks of this
+ * run (a test whose cleanup failed): qemu would outlive the daemon. Destroy
+ * them before the daemon stops, as lab-down.sh does, and say so on stderr.
+ */
+async function destroyLeftoverGuests(): Promise<void> {
+  const virsh = (...args: string[]) =>
+    run("virsh", ["-q", "-c", "qemu:///system", ...args], { timeout: 30_000 });
+  const running = await virsh("list", "--name", "--state-running", "--state-paused").then(
+    ({ stdout }) =>
+      stdout
+        .split("\n")
+        .map((line) => line.trim())
+        .filter(Boolean),
+    () => [] as string[],
+  );
+  for (const name of running) {
+    console.error(
+      `[lab] destroying guest ${name}, left running by this run, before stopping libvirtd`,
+    );
+    await virsh("destroy", name).catch(() => undefined);
+  }
 }
