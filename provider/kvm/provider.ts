@@ -600,6 +600,8 @@ const CARRIED_KEYS = [
   "checkedAt",
 ] as const satisfies readonly (keyof KvmProxyOutputs)[];
 const OUTPUT_KEYS: readonly string[] = CARRIED_KEYS;
+/** The output keys the resource class declares. */
+export const KVM_OUTPUT_KEYS = OUTPUT_KEYS;
 
 /** Read, delete, `.get` and a resumed create act only on a domain that carries this stack's mark. */
 function requireOurs(

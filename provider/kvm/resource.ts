@@ -1,5 +1,5 @@
 import * as pulumi from "@pulumi/pulumi";
-import { secretOutputNames, withSecretInputs } from "../common/secrets";
+import { resourceOptions, resourceProps } from "../common/resource-props";
 import * as implementation from "./provider";
 import { kvmProxyInputsSchema } from "./schema";
 
@@ -100,9 +100,6 @@ export interface KvmProxyArgs {
   }>;
 }
 
-/** Outputs that hold a secret input or derive from one (provider/common/secrets.ts decides). */
-const SECRET_OUTPUTS = secretOutputNames(Object.keys(kvmProxyInputsSchema.shape));
-
 /** One egress proxy VM on a libvirt/KVM host, reached over SSH or the local libvirt socket. */
 export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly vmName: pulumi.Output<string>;
@@ -146,26 +143,8 @@ export class KvmProxy extends pulumi.dynamic.Resource {
     super(
       kvmProvider,
       name,
-      {
-        ...withSecretInputs(args),
-        owner: { project: pulumi.getProject(), stack: pulumi.getStack(), resource: name },
-        vmName: args.vmName,
-        host: undefined,
-        ip: undefined,
-        mac: undefined,
-        state: undefined,
-        endpoint: undefined,
-        imageVolume: undefined,
-        seedSha256: undefined,
-        createdAt: undefined,
-        libvirtUuid: undefined,
-        egressIp: undefined,
-        checkedAt: undefined,
-      },
-      {
-        ...opts,
-        additionalSecretOutputs: [...(opts.additionalSecretOutputs ?? []), ...SECRET_OUTPUTS],
-      },
+      resourceProps(name, args, implementation.KVM_OUTPUT_KEYS),
+      resourceOptions(opts, Object.keys(kvmProxyInputsSchema.shape)),
       "egress-proxies",
       "KvmProxy",
     );

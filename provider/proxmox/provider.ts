@@ -676,6 +676,8 @@ function checkedInputs(inputs: Props): ProxmoxProxyInputs {
 }
 
 const OUTPUT_KEYS: readonly string[] = CARRIED_KEYS;
+/** The output keys the resource class declares. */
+export const PROXMOX_OUTPUT_KEYS = OUTPUT_KEYS;
 
 function clientFor(inputs: ConnectionInputs): ProxmoxClient {
   return new ProxmoxClient(resolveConnection(inputs));

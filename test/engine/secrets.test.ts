@@ -100,8 +100,10 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
         "userData",
         "vendorData",
       ]);
+      // egressCheck may hold proxyAuth.password, so the whole output is secret.
       assert.deepEqual(registration.additionalSecretOutputs.sort(), [
         "connection",
+        "egressCheck",
         "networkConfig",
         "seedSha256",
         "userData",
@@ -216,6 +218,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       ]);
       assert.deepEqual(registration.additionalSecretOutputs.sort(), [
         "apiToken",
+        "egressCheck",
         "seedSha256",
         "userData",
         "vendorData",
