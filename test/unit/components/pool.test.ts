@@ -362,7 +362,7 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       (error: Error) =>
         error instanceof pool.PoolArgsError &&
         /count is required/.test(error.message) &&
-        /backends\[1\] must have exactly one of kvm or proxmox \(found both\)/.test(
+        /backends\[1\] must have exactly one of kvm(, [a-z]+)* or [a-z]+ \(found kvm and proxmox\)/.test(
           error.message,
         ) &&
         /squid\.port must be/.test(error.message),
