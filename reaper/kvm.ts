@@ -8,7 +8,7 @@
 import { readFileSync } from "node:fs";
 import { Deadline } from "../provider/common/deadline";
 import { isNotFound, PermanentError } from "../provider/common/errors";
-import { describeOwner, type MarkReading } from "../provider/common/mark";
+import { type MarkReading } from "../provider/common/mark";
 import { classifyLibvirtError } from "../provider/kvm/classify";
 import { parseDomainXml } from "../provider/kvm/domain-xml";
 import { LibvirtHost } from "../provider/kvm/host";
@@ -17,8 +17,6 @@ import {
   baseImageMarkerName,
   hostLabel,
   kvmResourceId,
-  overlayVolumeName,
-  seedVolumeName,
   vmNameOfVolume,
 } from "../provider/kvm/naming";
 import {
@@ -27,10 +25,57 @@ import {
   type StoragePoolHandle,
   type StorageVolHandle,
 } from "../provider/libvirt-rpc-xdr";
+import type { DeleteOutcome } from "../provider/common/lifecycle";
 import { SecretValue } from "../provider/common/redact";
+import { closeAllHosts } from "../provider/kvm/connect";
+import { remove as removeKvmProxy } from "../provider/kvm/provider";
 import { openLibvirtOverSsh, openLocalLibvirt } from "../provider/ssh";
-import type { KvmBackendConfig } from "./config";
+import { z } from "zod";
+import { NAME_PATTERN } from "./names";
 import type { BackendListing, ItemOwnership, ListedItem, PlanEntry } from "./plan";
+
+const ownerSchema = z.strictObject({
+  project: z.string().min(1, { error: "project must not be empty" }),
+  stack: z.string().min(1, { error: "stack must not be empty" }),
+});
+
+/** One KVM host in the reaper config (`kvm: [...]`). */
+export const kvmBackendSchema = z.strictObject({
+  name: z
+    .string()
+    .regex(NAME_PATTERN, { error: "name must be letters, digits, _ . - (e.g. kvm1)" }),
+  /** How KvmProxy ids name this host (`host`, `host:port` or `local`); defaults to that rule. */
+  label: z.string().min(1).optional(),
+  /** Without a connection the local socket is used. */
+  connection: z
+    .strictObject({
+      host: z.string().min(1, { error: "host must be the hypervisor's name or address" }),
+      port: z.number().int().min(1).max(65535).default(22),
+      user: z.string().min(1).default("root"),
+      privateKeyFile: z.string().optional(),
+      /** Name of an environment variable holding the key's passphrase. */
+      passphraseEnv: z.string().optional(),
+      knownHostsFile: z.string().optional(),
+      insecureIgnoreHostKey: z.boolean().default(false),
+      agentSocket: z.string().optional(),
+      dialTimeoutSeconds: z.number().int().min(1).max(600).default(15),
+    })
+    .optional(),
+  socketPath: z.string().default("/var/run/libvirt/libvirt-sock"),
+  pools: z
+    .array(z.string().regex(NAME_PATTERN, { error: "each pool must be a libvirt pool name" }))
+    .min(1, { error: 'pools must name at least one storage pool, e.g. ["default"]' }),
+  /**
+   * Volumes carry no mark. Per-VM volumes without a domain whose VM name starts
+   * with namePrefix are taken to be this stack's; without this they are
+   * reported as "unknown owner" and never touched.
+   */
+  unmarkedVolumes: z
+    .strictObject({ owner: ownerSchema, namePrefix: z.string().default("") })
+    .optional(),
+});
+
+export type KvmBackendConfig = z.output<typeof kvmBackendSchema>;
 
 /** One libvirt link to one host for the whole run. */
 export interface KvmSession {
@@ -294,7 +339,7 @@ async function inBatches<T>(
   await Promise.all(Array.from({ length: Math.min(IN_FLIGHT, values.length) }, worker));
 }
 
-export type DeleteOutcome = "removed" | "already gone";
+export type { DeleteOutcome };
 
 /**
  * Deletes one planned entry. The mark is read again first: a domain that was
@@ -308,36 +353,8 @@ export async function deleteKvmEntry(
   const { host, label } = session;
   const { item } = entry;
   switch (item.kind) {
-    case "domain": {
-      const dom = await host.findDomain(item.name);
-      const pools = new Set(config.pools);
-      let removed = false;
-      if (dom !== undefined) {
-        const description = parseDomainXml(await host.domainXml(dom));
-        const reading = description.mark;
-        if (
-          reading.kind !== "marked" ||
-          item.ownership.kind !== "marked" ||
-          reading.mark.createdAt !== item.ownership.mark.createdAt ||
-          `${reading.mark.owner.project}/${reading.mark.owner.stack}` !== entry.ownerStack
-        )
-          throw new PermanentError(
-            `domain ${item.name} on ${label} changed since it was listed (${reading.kind === "marked" ? describeOwner(reading.mark.owner) : reading.kind}); left alone`,
-          );
-        for (const disk of description.volumes) pools.add(disk.pool);
-        await host.destroyDomain(dom);
-        await host.undefineDomain(dom);
-        removed = true;
-      }
-      // Like KvmProxy's delete: the per-VM volumes go even when the domain was already gone.
-      for (const poolName of pools) {
-        const pool = await host.findPool(poolName);
-        if (pool === undefined) continue;
-        for (const name of [overlayVolumeName(item.name), seedVolumeName(item.name)])
-          removed = (await host.deleteVolumeNamed(pool, name)) || removed;
-      }
-      return removed ? "removed" : "already gone";
-    }
+    case "domain":
+      return deleteDomainEntry(config, entry);
     case "volume":
     case "seed": {
       if (item.vmName !== undefined && (await host.findDomain(item.vmName)) !== undefined)
@@ -356,6 +373,75 @@ export async function deleteKvmEntry(
       throw new PermanentError(`${item.kind} ${item.name} is not a KVM item`);
   }
 }
+
+/**
+ * KvmProxy's own delete, given what its state would record of the listed
+ * domain: the host's connection, the owner and creation time from the mark
+ * (a domain made since under that name is not the one listed: it refuses),
+ * and the pool. It destroys, undefines, and removes the per-VM volumes, even
+ * when the domain is already gone; then the other configured pools are swept
+ * of this VM's volumes, as the reaper lists all of them.
+ */
+async function deleteDomainEntry(
+  config: KvmBackendConfig,
+  entry: PlanEntry,
+): Promise<DeleteOutcome> {
+  const { item } = entry;
+  if (item.ownership.kind !== "marked")
+    throw new PermanentError(`domain ${item.name} has no readable mark; left alone`);
+  const { mark } = item.ownership;
+  if (`${mark.owner.project}/${mark.owner.stack}` !== entry.ownerStack)
+    throw new PermanentError(
+      `domain ${item.name} is planned for another stack than its mark's; left alone`,
+    );
+  const [firstPool, ...otherPools] = config.pools;
+  const props = {
+    ...kvmTargetOf(config),
+    pool: firstPool,
+    owner: mark.owner,
+    createdAt: mark.createdAt,
+    timeouts: { deleteSeconds: DELETE_BUDGET_MS / 1000 },
+  };
+  const outcome = await removeKvmProxy(kvmResourceId(labelOf(config), item.name), props);
+  let removed = outcome === "removed";
+  for (const pool of otherPools) {
+    const more = await removeKvmProxy(kvmResourceId(labelOf(config), item.name), {
+      ...props,
+      pool,
+    });
+    removed = more === "removed" || removed;
+  }
+  return removed ? "removed" : "already gone";
+}
+
+/** The host as KvmProxy's inputs spell it; key, passphrase and known_hosts read from where the config says. */
+function kvmTargetOf(config: KvmBackendConfig): Record<string, unknown> {
+  const ssh = config.connection;
+  if (ssh === undefined) return { socketPath: config.socketPath };
+  return {
+    socketPath: config.socketPath,
+    connection: {
+      host: ssh.host,
+      port: ssh.port,
+      user: ssh.user,
+      insecureIgnoreHostKey: ssh.insecureIgnoreHostKey,
+      dialTimeoutSeconds: ssh.dialTimeoutSeconds,
+      ...(ssh.privateKeyFile !== undefined
+        ? { privateKey: readFileSync(ssh.privateKeyFile, "utf8") }
+        : {}),
+      ...(ssh.passphraseEnv !== undefined && process.env[ssh.passphraseEnv] !== undefined
+        ? { passphrase: process.env[ssh.passphraseEnv] }
+        : {}),
+      ...(ssh.knownHostsFile !== undefined
+        ? { knownHosts: readFileSync(ssh.knownHostsFile, "utf8") }
+        : {}),
+      ...(ssh.agentSocket !== undefined ? { agentSocket: ssh.agentSocket } : {}),
+    },
+  };
+}
+
+/** The links KvmProxy's delete opened, closed after the run. */
+export const closeKvmLinks = (): Promise<void> => closeAllHosts();
 
 const poolsOf = (item: ListedItem, config: KvmBackendConfig): readonly string[] =>
   item.pool !== undefined ? [item.pool] : config.pools;

@@ -49,6 +49,8 @@ export interface BackendListing {
   complete: boolean;
   /** Why the listing is incomplete, for the report. */
   problem?: string;
+  /** Something the report should say about this backend, e.g. that it has nothing to reap. */
+  note?: string;
   items: ListedItem[];
 }
 

@@ -8,14 +8,44 @@
 import { readFileSync } from "node:fs";
 import { Deadline } from "../provider/common/deadline";
 import { isNotFound, PermanentError } from "../provider/common/errors";
-import { ProxmoxClient } from "../provider/proxmox/client";
+import { closeAllProxmoxPools, ProxmoxClient } from "../provider/proxmox/client";
 import { resolveConnection, type ConnectionInputs } from "../provider/proxmox/connection";
 import { deleteProxy, resourceId } from "../provider/proxmox/provider";
 import { markOfConfig } from "../provider/proxmox/vm-config";
-import { getConfig, getStatus, listVms, type ClusterVmEntry } from "../provider/proxmox/vm";
-import type { ProxmoxBackendConfig } from "./config";
+import { getConfig, listVms, type ClusterVmEntry } from "../provider/proxmox/vm";
+import { z } from "zod";
+import { NAME_PATTERN } from "./names";
 import type { BackendListing, ListedItem, PlanEntry } from "./plan";
-import type { DeleteOutcome } from "./kvm";
+import type { DeleteOutcome } from "../provider/common/lifecycle";
+
+/** One Proxmox API in the reaper config (`proxmox: [...]`). */
+export const proxmoxBackendSchema = z.strictObject({
+  name: z
+    .string()
+    .regex(NAME_PATTERN, { error: "name must be letters, digits, _ . - (e.g. pve1)" }),
+  apiEndpoint: z
+    .string({ error: 'apiEndpoint must be a URL, e.g. "https://pve.lan:8006"' })
+    .regex(/^https?:\/\/[^/\s]+/, {
+      error: 'apiEndpoint must be a URL, e.g. "https://pve.lan:8006"',
+    }),
+  /** Name of an environment variable holding `user@realm!tokenid=secret`. */
+  apiTokenEnv: z.string().default("PROXMOX_VE_API_TOKEN"),
+  apiTokenFile: z.string().optional(),
+  caCertFile: z.string().optional(),
+  insecure: z.boolean().default(false),
+  nodes: z
+    .array(
+      z.strictObject({
+        node: z.string().min(1, { error: "node must be the Proxmox node name" }),
+        /** Where this node's seeds live (the ProxmoxProxy seedStorage). */
+        seedStorage: z.string().min(1, { error: "seedStorage must be a storage id, e.g. local" }),
+      }),
+    )
+    .min(1, { error: "nodes must list at least one node" }),
+  deleteTimeoutSeconds: z.number().int().min(10).max(3600).default(300),
+});
+
+export type ProxmoxBackendConfig = z.output<typeof proxmoxBackendSchema>;
 
 const LIST_BUDGET_MS = 300_000;
 const IN_FLIGHT = 8;
@@ -117,9 +147,16 @@ async function listedVm(
   };
 }
 
-/** ProxmoxProxy's delete with the owner from the mark: it refuses a VM whose mark changed. */
+/** The links ProxmoxProxy's delete opened, closed after the run. */
+export const closeProxmoxLinks = (): Promise<void> => closeAllProxmoxPools();
+
+/**
+ * ProxmoxProxy's own delete, given what its state would record of the listed
+ * VM: the connection, name, owner and creation time from the mark (a VM
+ * made since at that VMID is not the one listed, and is left alone), and the
+ * node's seed storage.
+ */
 export async function deleteProxmoxEntry(
-  client: ProxmoxClient,
   inputs: ConnectionInputs,
   config: ProxmoxBackendConfig,
   entry: PlanEntry,
@@ -134,21 +171,12 @@ export async function deleteProxmoxEntry(
   const node = config.nodes.find((candidate) => candidate.node === item.host);
   if (node === undefined)
     throw new PermanentError(`node ${item.host} is not in proxmox backend ${config.name}`);
-  const ref = { node: item.host, vmid: Number(item.resourceId.split("/").pop()) };
-  const deadline = Deadline.afterSeconds(config.deleteTimeoutSeconds, "deleteTimeoutSeconds");
-  const present = await getStatus(client, ref, deadline).then(
-    () => true,
-    (error) => {
-      if (isNotFound(error)) return false;
-      throw error;
-    },
-  );
-  await deleteProxy(item.resourceId, {
+  return deleteProxy(item.resourceId, {
     ...inputs,
     vmName: item.name,
     owner: item.ownership.mark.owner,
+    createdAt: item.ownership.mark.createdAt,
     seedStorage: node.seedStorage,
     timeouts: { deleteSeconds: config.deleteTimeoutSeconds },
   });
-  return present ? "removed" : "already gone";
 }

@@ -197,6 +197,11 @@ export async function continueCreate(
   return { outs: plainJson(created.outs as Props) };
 }
 
+// ---- delete ------------------------------------------------------------------------------------
+
+/** What a delete did: the reaper reports it; Pulumi ignores it. */
+export type DeleteOutcome = "removed" | "already gone";
+
 // ---- update ------------------------------------------------------------------------------------
 
 /**

@@ -16,6 +16,7 @@ import {
   checkedInputs as checkedInputsOf,
   continueCreate,
   deadlineFor,
+  type DeleteOutcome,
   earlier,
   inputsOnly,
   outputsOnly,
@@ -507,13 +508,15 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
  * name implies, so they go even when the domain was already gone (a create
  * that died before define). The shared base image is never among them.
  */
-export async function remove(id: string, props: Props): Promise<void> {
+export async function remove(id: string, props: Props): Promise<DeleteOutcome> {
   const target = hostTargetOf(props);
   const { vmName } = parseKvmResourceId(id);
   const deadline = deadlineFor(target.timeouts, "delete");
+  const progress = { removed: false };
   await stepsWithin(deadline, progressLog)(`delete ${vmName}`, () =>
-    removeWithin(target, props, vmName, deadline),
+    removeWithin(target, props, vmName, deadline, progress),
   );
+  return progress.removed ? "removed" : "already gone";
 }
 
 /** Delete's one step, safe to repeat: everything it removes may already be gone. */
@@ -522,6 +525,7 @@ async function removeWithin(
   props: Props,
   vmName: string,
   deadline: Deadline,
+  progress: { removed: boolean },
 ): Promise<void> {
   const session = await openHost(target, deadline);
   const { host } = session;
@@ -532,18 +536,34 @@ async function removeWithin(
   const handle = await findDomainOf(host, props, vmName);
   if (handle !== undefined) {
     const description = parseDomainXml(await host.definedXml(handle));
-    requireOurs(description.mark, target, `domain ${description.name} on ${session.label}`);
+    const what = `domain ${description.name} on ${session.label}`;
+    requireSameVm(requireOurs(description.mark, target, what), props, what);
     volumes.push(...description.volumes.filter((v) => vmNameOfVolume(v.volume) !== undefined));
     await host.destroyDomain(handle);
     await host.undefineDomain(handle);
+    progress.removed = true;
   }
   const done = new Set<string>();
   for (const { pool: poolName, volume } of volumes) {
     if (done.has(`${poolName}/${volume}`)) continue;
     done.add(`${poolName}/${volume}`);
     const pool = await host.findPool(poolName);
-    if (pool !== undefined) await host.deleteVolumeNamed(pool, volume); // no pool: nothing left there
+    // No pool: nothing is left there.
+    if (pool !== undefined && (await host.deleteVolumeNamed(pool, volume))) progress.removed = true;
   }
+}
+
+/**
+ * A recorded creation time must match the mark: a domain of this stack made
+ * since (same name, found by name) is another VM, and so are its volumes.
+ * The reaper relies on this to delete only the domain it listed.
+ */
+function requireSameVm(mark: OwnershipMark, props: Props, what: string): void {
+  const recorded = props.createdAt;
+  if (typeof recorded === "string" && recorded !== "" && recorded !== mark.createdAt)
+    throw new PermanentError(
+      `${what} was made at ${mark.createdAt}, but this record is of one made at ${recorded}: it is another VM of this stack; left alone (run pulumi refresh)`,
+    );
 }
 
 // ---- helpers ------------------------------------------------------------------------------------------

@@ -15,7 +15,9 @@ const kvmProvider: pulumi.dynamic.ResourceProvider = {
   create: (inputs) => implementation.create(inputs),
   read: (id, props) => implementation.read(id, props),
   update: (id, olds, news) => implementation.update(id, olds, news),
-  delete: (id, props) => implementation.remove(id, props),
+  delete: async (id, props) => {
+    await implementation.remove(id, props);
+  },
 };
 
 /** How to reach the hypervisor over SSH, in the shape @pulumi/command uses. */

@@ -10,6 +10,7 @@ import {
   continueCreate as continueCreateOf,
   deadlineFor,
   recordingPartialCreate,
+  type DeleteOutcome,
   requireOurs as requireOursOf,
   stepsWithin as stepRunner,
   type Timeouts,
@@ -597,20 +598,24 @@ const CARRIED_KEYS = [
  * purge and destroy unreferenced disks, then the seed (an imgdel task, waited
  * for). Idempotent: a VM already gone still gets its seed removed.
  */
-export async function deleteProxy(id: string, props: Props): Promise<void> {
+export async function deleteProxy(id: string, props: Props): Promise<DeleteOutcome> {
   const ref = parseResourceId(id);
   const client = clientFor(props as ConnectionInputs);
   const deadline = deadlineFor(settingsOf(props).timeouts, "delete");
   const vmName = String(props.vmName);
   try {
     const step = stepsWithin(deadline, vmName);
-    await step("remove VM", () => removeVm(client, ref, vmName, props, deadline));
+    let removed = false;
+    await step("remove VM", async () => {
+      removed = (await removeVm(client, ref, vmName, props, deadline)) || removed;
+    });
     const seedVolume =
       typeof props.seedVolume === "string"
         ? props.seedVolume
         : seedVolumeId(String(props.seedStorage), vmName);
     progress(vmName, `removing the seed ${seedVolume}`);
     await step("remove seed", () => deleteSeed(client, ref.node, seedVolume, deadline));
+    return removed ? "removed" : "already gone";
   } catch (error) {
     throw withContext(error, {
       operation: "delete",
@@ -625,23 +630,24 @@ async function removeVm(
   vmName: string,
   props: Props,
   deadline: Deadline,
-): Promise<void> {
+): Promise<boolean> {
   let status = await getStatus(client, ref, deadline).catch(notFoundAsUndefined);
-  if (status === undefined) return;
+  if (status === undefined) return false;
   if (status.lock !== undefined && status.lock !== "") {
     status = await waitUntilUnlocked(client, ref, deadline).catch(notFoundAsUndefined);
-    if (status === undefined) return;
+    if (status === undefined) return false;
   }
   const config = await getConfig(client, ref, deadline).catch(notFoundAsUndefined);
-  if (config === undefined) return;
+  if (config === undefined) return false;
   // Ours is already gone when the VMID holds another VM; never touch theirs.
-  if (ourVmAt(config, ref, { ...props, vmName }, false) === undefined) return;
+  if (ourVmAt(config, ref, { ...props, vmName }, false) === undefined) return false;
   if (status.status === "running") {
     progress(vmName, `stopping VMID ${ref.vmid}`);
     await stopVm(client, ref, deadline);
   }
   progress(vmName, `destroying VMID ${ref.vmid}`);
   await destroyVm(client, ref, deadline).catch(ignoreNotFound);
+  return true;
 }
 
 // ---------------------------------------------------------------- helpers

@@ -15,7 +15,9 @@ const proxmoxProvider: pulumi.dynamic.ResourceProvider = {
   create: (inputs) => implementation.create(inputs),
   read: (id, props) => implementation.read(id, props) as Promise<pulumi.dynamic.ReadResult>,
   update: (id, olds, news) => implementation.update(id, olds, news),
-  delete: (id, props) => implementation.deleteProxy(id, props),
+  delete: async (id, props) => {
+    await implementation.deleteProxy(id, props);
+  },
 };
 
 export interface ProxmoxProxyArgs {

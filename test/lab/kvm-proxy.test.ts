@@ -55,7 +55,7 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
     kvm.setProgressLog((line) => progress.push(line));
   });
 
-  const cleanups: Array<() => Promise<void>> = [];
+  const cleanups: Array<() => Promise<unknown>> = [];
   after(async () => {
     for (const cleanup of cleanups) await cleanup().catch(() => undefined);
     if (imageServer)
