@@ -11,6 +11,8 @@ import { connectionSchema, kvmProxyInputsSchema } from "../provider/kvm/schema";
 import { KvmProxy, type KvmProxyArgs } from "../provider/kvm/resource";
 import { ProxmoxProxy, type ProxmoxProxyArgs } from "../provider/proxmox/resource";
 import { proxmoxProxyInputsSchema } from "../provider/proxmox/schema";
+import { StaticProxy, type StaticProxyArgs } from "../provider/static/resource";
+import { proxyAddressOf, proxyUrlSchema, staticProxyInputsSchema } from "../provider/static/schema";
 import type { PlacedProxy } from "./placement";
 
 /** Debian 12's official cloud image: has cloud-init, and squid in its archive. */
@@ -244,6 +246,72 @@ function mergeTags(
   return pulumi.output(backendTags).apply((tags) => [...new Set([...poolTags, ...tags])]);
 }
 
+/** Proxies that already exist: each URL is one proxy; count and weight pick among them. */
+export interface StaticBackendSettings {
+  /** `http://[user:password@]host:port`, one per proxy (secret when they carry credentials). */
+  urls: pulumi.Input<string>[];
+  /** Default: as the pool's readiness ("port", or "none" when the pool waits for no port). */
+  readiness?: StaticProxyArgs["readiness"];
+  timeouts?: StaticProxyArgs["timeouts"];
+}
+
+const staticBackend: PoolBackendKind<StaticBackendSettings> = {
+  key: "static",
+  describes: "a list of existing proxies",
+  kind: "static",
+  decided: ["egressCheck"],
+  configSchema: z.strictObject(
+    {
+      urls: z
+        .array(proxyUrlSchema, { error: "urls must be a list of http://[user:password@]host:port" })
+        .min(1, { error: "urls must list at least one proxy" }),
+      readiness: staticProxyInputsSchema.shape.readiness.unwrap().optional(),
+      timeouts: staticProxyInputsSchema.shape.timeouts.unwrap().optional(),
+    },
+    { error: 'static must be an object like { urls: ["http://proxy.example:3128"] }' },
+  ),
+  configShape: "{ name, static: { urls: [...] } }",
+  capacity: (settings) => settings.urls.length,
+  declare(resourceName, settings, proxy, pool) {
+    const resource = new StaticProxy(
+      resourceName,
+      {
+        url: settings.urls[proxy.index]!,
+        readiness: settings.readiness ?? { mode: pool.readiness.mode === "port" ? "port" : "none" },
+        ...(settings.timeouts === undefined ? {} : { timeouts: settings.timeouts }),
+        // The proxy's own credentials go with the check (StaticProxy's default), not squid's.
+        ...(pool.egressCheck === undefined
+          ? {}
+          : {
+              egressCheck: pulumi
+                .output(pool.egressCheck)
+                .apply(({ url, field }) => ({ url, ...(field === undefined ? {} : { field }) })),
+            }),
+      },
+      { parent: pool.parent },
+    );
+    const ip = resource.ip.apply((value) => value ?? null);
+    return {
+      resource,
+      vmName: pulumi.output(resourceName),
+      host: resource.host,
+      ip,
+      egressIp: resource.egressIp,
+      checkedAt: resource.checkedAt,
+      endpoint: resource.endpoint,
+      endpointWithCredentials: resource.url,
+      // Only an address the Service can route to on the pool's port joins the EndpointSlice.
+      serviceAddress: pulumi
+        .all([resource.url, ip])
+        .apply(([url, address]) =>
+          address !== null && IPV4.test(address) && proxyAddressOf(url).port === pool.port
+            ? address
+            : null,
+        ),
+    };
+  },
+};
+
 /**
  * Every kind of backend the pool knows, by the key that holds its settings.
  * The order is the order messages list them in.
@@ -251,6 +319,7 @@ function mergeTags(
 export const POOL_BACKENDS = {
   kvm,
   proxmox,
+  static: staticBackend,
 } as const;
 
 export type BackendKey = keyof typeof POOL_BACKENDS;

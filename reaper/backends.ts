@@ -6,7 +6,7 @@
  * (and one in components/backends.ts). Deletes go through each resource's own
  * delete, so the reaper removes exactly what `pulumi destroy` would.
  */
-import type { z } from "zod";
+import { z } from "zod";
 import { safeErrorMessage } from "../provider/common/redact";
 import type { DeleteOutcome } from "../provider/common/lifecycle";
 import {
@@ -18,6 +18,7 @@ import {
   type KvmListOptions,
   type KvmSession,
 } from "./kvm";
+import { NAME_PATTERN } from "./names";
 import type { BackendListing, PlanEntry } from "./plan";
 import {
   closeProxmoxLinks,
@@ -107,10 +108,29 @@ const proxmox: ReaperBackendKind<ProxmoxBackendConfig> = {
   closeAll: closeProxmoxLinks,
 };
 
+/** Static proxies exist without us: there is nothing of ours to reap, and the report says so. */
+const staticProxies: ReaperBackendKind<{ name: string }> = {
+  configSchema: z.strictObject({
+    name: z
+      .string()
+      .regex(NAME_PATTERN, { error: "name must be letters, digits, _ . - (e.g. shop)" }),
+  }),
+  open: async (config) => ({
+    listing: {
+      backend: config.name,
+      complete: true,
+      note: "static proxies are not made by egress-proxies: nothing to reap",
+      items: [],
+    },
+    close: async () => undefined,
+  }),
+};
+
 /** Every kind of backend the reaper sweeps, by its key in the reaper config. */
 export const REAPER_BACKENDS = {
   kvm,
   proxmox,
+  static: staticProxies,
 } as const;
 
 /** One configured backend's type per key. */
