@@ -12,7 +12,11 @@ import { KvmProxy, type KvmProxyArgs } from "../provider/kvm/resource";
 import { ProxmoxProxy, type ProxmoxProxyArgs } from "../provider/proxmox/resource";
 import { proxmoxProxyInputsSchema } from "../provider/proxmox/schema";
 import { StaticProxy, type StaticProxyArgs } from "../provider/static/resource";
-import { proxyAddressOf, proxyUrlSchema, staticProxyInputsSchema } from "../provider/static/schema";
+import {
+  proxyAddressOf,
+  proxyUrlSchemaFor,
+  staticProxyInputsSchema,
+} from "../provider/static/schema";
 import type { PlacedProxy } from "./placement";
 
 /** Debian 12's official cloud image: has cloud-init, and squid in its archive. */
@@ -263,7 +267,9 @@ const staticBackend: PoolBackendKind<StaticBackendSettings> = {
   configSchema: z.strictObject(
     {
       urls: z
-        .array(proxyUrlSchema, { error: "urls must be a list of http://[user:password@]host:port" })
+        .array(proxyUrlSchemaFor("a proxy URL"), {
+          error: "urls must be a list of http://[user:password@]host:port",
+        })
         .min(1, { error: "urls must list at least one proxy" }),
       readiness: staticProxyInputsSchema.shape.readiness.unwrap().optional(),
       timeouts: staticProxyInputsSchema.shape.timeouts.unwrap().optional(),
@@ -299,7 +305,8 @@ const staticBackend: PoolBackendKind<StaticBackendSettings> = {
       egressIp: resource.egressIp,
       checkedAt: resource.checkedAt,
       endpoint: resource.endpoint,
-      endpointWithCredentials: resource.url,
+      // Secret whether or not this URL has credentials: which one does is not known before apply.
+      endpointWithCredentials: pulumi.secret(resource.url),
       // Only an address the Service can route to on the pool's port joins the EndpointSlice.
       serviceAddress: pulumi
         .all([resource.url, ip])

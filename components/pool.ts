@@ -342,12 +342,13 @@ export class EgressProxyPool extends pulumi.ComponentResource {
 
 /** What the Kubernetes publishing says about each proxy with an address. */
 function endpointChecks(proxies: readonly ProxyDetails[]): EndpointCheck[] {
+  // One check per published URL, in the same order (proxies.json pairs them by position).
   return proxies.flatMap((proxy) =>
-    proxy.ip === null
+    proxy.endpoint === null
       ? []
       : [
           {
-            address: proxy.ip,
+            address: proxy.ip ?? proxy.host,
             ready: proxy.ready,
             egressIp: proxy.egressIp,
             checkedAt: proxy.checkedAt,

@@ -316,6 +316,7 @@ function poolProblems(pool: unknown): string[] {
         name: typeof fields.name === "string" ? fields.name : "",
         weight: typeof fields.weight === "number" ? fields.weight : undefined,
         count: typeof fields.count === "number" ? fields.count : undefined,
+        capacity: capacityOf(fields),
       };
     });
     const total = typeof pool.count === "number" ? pool.count : undefined;
@@ -339,6 +340,17 @@ function poolProblems(pool: unknown): string[] {
     ),
   );
   return problems;
+}
+
+/** The most proxies a backend of a known kind can hold, as far as its settings can tell. */
+function capacityOf(backend: Record<string, unknown>): number | undefined {
+  const keys = backendKeysOf(backend);
+  if (keys.length !== 1) return undefined;
+  try {
+    return kindOf(backend as unknown as PoolBackend).kind.capacity(backend[keys[0]!]);
+  } catch {
+    return undefined; // settings of the wrong shape: reported by the schema
+  }
 }
 
 /** The secret keys, checked without ever being quoted. */

@@ -63,12 +63,16 @@ export function proxyAddressOf(text: string): ProxyAddress {
   };
 }
 
-export const proxyUrlSchema = z
-  .string({ error: "url must be the proxy's URL, http://[user:password@]host:port" })
-  .superRefine((text, context) => {
-    const problem = proxyUrlProblem(text);
-    if (problem !== undefined) context.addIssue({ code: "custom", message: problem });
-  });
+/** A proxy URL; `field` names it in the messages ("url", or "a proxy URL" in a list). */
+export const proxyUrlSchemaFor = (field: string) =>
+  z
+    .string({ error: `${field} must be the proxy's URL, http://[user:password@]host:port` })
+    .superRefine((text, context) => {
+      const problem = proxyUrlProblem(text, field);
+      if (problem !== undefined) context.addIssue({ code: "custom", message: problem });
+    });
+
+export const proxyUrlSchema = proxyUrlSchemaFor("url");
 
 export const staticReadinessSchema = z.strictObject({
   /** "port": the proxy's port must accept TCP (then probeUrl, if set, must answer through it); "none": trusted as given. */
