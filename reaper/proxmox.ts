@@ -1,22 +1,23 @@
 /**
- * The Proxmox side of the reaper: list the VMs on the configured nodes that
- * carry our mark (tag + description block), and delete a planned one through
- * ProxmoxProxy's own delete (which checks the name and the mark again, stops,
- * destroys, and removes the seed). Listing never throws: a failure makes the
- * listing incomplete, and then nothing is deleted on this backend.
+ * The Proxmox side of the reaper: its config schema, and deletes. What an API
+ * holds is listed by provider/proxmox/leftovers.ts; a planned VM is deleted
+ * through ProxmoxProxy's own delete, which checks the name, the owner and the
+ * creation time again, stops, destroys, and removes the seed.
  */
 import { readFileSync } from "node:fs";
-import { Deadline } from "../provider/common/deadline";
-import { isNotFound, PermanentError } from "../provider/common/errors";
-import { closeAllProxmoxPools, ProxmoxClient } from "../provider/proxmox/client";
-import { resolveConnection, type ConnectionInputs } from "../provider/proxmox/connection";
-import { deleteProxy, resourceId } from "../provider/proxmox/provider";
-import { markOfConfig } from "../provider/proxmox/vm-config";
-import { getConfig, listVms, type ClusterVmEntry } from "../provider/proxmox/vm";
 import { z } from "zod";
-import { NAME_PATTERN } from "./names";
-import type { BackendListing, ListedItem, PlanEntry } from "./plan";
+import { PermanentError } from "../provider/common/errors";
 import type { DeleteOutcome } from "../provider/common/lifecycle";
+import { closeAllProxmoxLinks, type ConnectionInputs } from "../provider/proxmox/leftovers";
+import { deleteProxy } from "../provider/proxmox/provider";
+import { NAME_PATTERN } from "./names";
+import type { PlanEntry } from "./plan";
+
+export {
+  listProxmoxBackend,
+  proxmoxClient,
+  type ProxmoxListOptions,
+} from "../provider/proxmox/leftovers";
 
 /** One Proxmox API in the reaper config (`proxmox: [...]`). */
 export const proxmoxBackendSchema = z.strictObject({
@@ -47,9 +48,6 @@ export const proxmoxBackendSchema = z.strictObject({
 
 export type ProxmoxBackendConfig = z.output<typeof proxmoxBackendSchema>;
 
-const LIST_BUDGET_MS = 300_000;
-const IN_FLIGHT = 8;
-
 /** The connection as ProxmoxProxy's inputs spell it; the token comes from a file or the environment. */
 export function connectionInputsOf(
   config: ProxmoxBackendConfig,
@@ -77,78 +75,8 @@ export function connectionInputsOf(
   };
 }
 
-export function proxmoxClient(inputs: ConnectionInputs): ProxmoxClient {
-  return new ProxmoxClient(resolveConnection(inputs, {}));
-}
-
-export interface ProxmoxListOptions {
-  /** Called after each VM's config is read (tests break the API mid-listing here). */
-  onVmRead?: (vmid: number) => void;
-}
-
-export async function listProxmoxBackend(
-  client: ProxmoxClient,
-  config: ProxmoxBackendConfig,
-  options: ProxmoxListOptions = {},
-): Promise<BackendListing> {
-  const deadline = new Deadline(LIST_BUDGET_MS, "the reaper's listing budget");
-  const items: ListedItem[] = [];
-  const nodes = new Set(config.nodes.map((node) => node.node));
-  try {
-    const entries = (await listVms(client, deadline)).filter(
-      (entry) => nodes.has(entry.node) && entry.template !== 1,
-    );
-    for (let start = 0; start < entries.length; start += IN_FLIGHT) {
-      const batch = entries.slice(start, start + IN_FLIGHT);
-      const listed = await Promise.all(
-        batch.map((entry) => listedVm(client, config, entry, deadline, options)),
-      );
-      for (const item of listed) if (item !== undefined) items.push(item);
-    }
-    return { backend: config.name, complete: true, items };
-  } catch (error) {
-    return {
-      backend: config.name,
-      complete: false,
-      problem: `listing ${config.apiEndpoint} failed: ${(error as Error).message}`,
-      items,
-    };
-  }
-}
-
-async function listedVm(
-  client: ProxmoxClient,
-  config: ProxmoxBackendConfig,
-  entry: ClusterVmEntry,
-  deadline: Deadline,
-  options: ProxmoxListOptions,
-): Promise<ListedItem | undefined> {
-  const ref = { node: entry.node, vmid: entry.vmid };
-  let vmConfig: Record<string, string | undefined>;
-  try {
-    vmConfig = await getConfig(client, ref, deadline);
-  } catch (error) {
-    if (isNotFound(error)) return undefined; // destroyed since the listing
-    throw error;
-  }
-  options.onVmRead?.(entry.vmid);
-  const reading = markOfConfig(vmConfig);
-  if (reading.kind === "unmarked") return undefined;
-  const name = vmConfig.name ?? entry.name ?? `vmid-${entry.vmid}`;
-  return {
-    backend: config.name,
-    host: entry.node,
-    kind: "proxmox-vm",
-    name,
-    vmName: name,
-    resourceId: resourceId(ref),
-    ownership: reading,
-    state: entry.status,
-  };
-}
-
 /** The links ProxmoxProxy's delete opened, closed after the run. */
-export const closeProxmoxLinks = (): Promise<void> => closeAllProxmoxPools();
+export const closeProxmoxLinks = (): Promise<void> => closeAllProxmoxLinks();
 
 /**
  * ProxmoxProxy's own delete, given what its state would record of the listed
