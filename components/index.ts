@@ -19,6 +19,7 @@ export type {
   ProxyDetails,
   SquidArgs,
 } from "./pool";
+export type { StaticBackendSettings } from "./backends";
 export { placeProxies, proxiesPerBackend, PlacementError } from "./placement";
 export type { PlacedProxy, PlacementBackend } from "./placement";
 export { KubernetesPackageMissingError } from "./kubernetes";

@@ -17,6 +17,8 @@ export interface PlacementBackend {
   weight?: number;
   /** A fixed number of proxies on this backend; it then takes no part in the weighted split. */
   count?: number;
+  /** The most proxies this backend can hold (a static backend: the URLs it lists); no limit when unset. */
+  capacity?: number;
 }
 
 export interface PlacedProxy {
@@ -38,7 +40,7 @@ export function placementProblems(
 ): string[] {
   const problems: string[] = [];
   if (backends.length === 0)
-    problems.push("backends must list at least one KVM host or Proxmox node");
+    problems.push("backends must list at least one backend (a KVM host, a Proxmox node, …)");
   const seen = new Set<string>();
   backends.forEach((backend, index) => {
     const field = `backends[${index}]`;
@@ -58,6 +60,14 @@ export function placementProblems(
       !(Number.isInteger(backend.count) && backend.count >= 0 && backend.count <= 1000)
     )
       problems.push(`${field}.count must be a whole number from 0 to 1000`);
+    else if (
+      backend.count !== undefined &&
+      backend.capacity !== undefined &&
+      backend.count > backend.capacity
+    )
+      problems.push(
+        `${field}.count is ${backend.count} but that backend has only ${backend.capacity} ${backend.capacity === 1 ? "proxy" : "proxies"}; lower its count or list more`,
+      );
   });
   const fixed = backends.reduce((sum, backend) => sum + (backend.count ?? 0), 0);
   const weighted = backends.filter((backend) => backend.count === undefined);
@@ -76,6 +86,12 @@ export function placementProblems(
     problems.push(
       `count is ${count} but backends with a fixed count already take ${fixed}; raise count or lower those counts`,
     );
+  } else if (weighted.every((backend) => backend.capacity !== undefined)) {
+    const room = weighted.reduce((sum, backend) => sum + (backend.capacity ?? 0), 0);
+    if (count - fixed > room)
+      problems.push(
+        `count is ${count} but the backends hold at most ${fixed + room} proxies (${weighted.map((b) => `${b.name}: ${b.capacity}`).join(", ")}); lower count or list more proxies`,
+      );
   }
   return problems;
 }
@@ -98,6 +114,8 @@ export function proxiesPerBackend(
     let best = weighted[0];
     let bestPriority = -1;
     for (const backend of weighted) {
+      if (backend.capacity !== undefined && perBackend.get(backend.name)! >= backend.capacity)
+        continue; // full: the next backend by weight takes the proxy
       const priority = (backend.weight ?? 1) / (2 * perBackend.get(backend.name)! + 1);
       if (priority > bestPriority) {
         best = backend;

@@ -6,8 +6,16 @@
  */
 import * as pulumi from "@pulumi/pulumi";
 import { egressCheckSchema } from "../provider/common/egress";
-import { KvmProxy, type KvmProxyArgs } from "../provider/kvm/resource";
-import { ProxmoxProxy, type ProxmoxProxyArgs } from "../provider/proxmox/resource";
+import type { KvmProxyArgs } from "../provider/kvm/resource";
+import {
+  backendKeyList,
+  backendKeysOf,
+  kindOf,
+  type AnyPoolBackend,
+  type BackendOf,
+  type PoolDecisions,
+  type PoolMember,
+} from "./backends";
 import {
   assertKubernetesAvailable,
   publishToKubernetes,
@@ -15,7 +23,7 @@ import {
   type KubernetesPublishingArgs,
 } from "./kubernetes";
 import { groupByEgress, sharedEgressMessage, type EgressGroup } from "./egress-diversity";
-import { placeProxies, placementProblems, type PlacedProxy } from "./placement";
+import { placeProxies, placementProblems, type PlacementBackend } from "./placement";
 import type { EndpointCheck } from "./published-checks";
 import {
   DEFAULT_ALLOWED_CLIENT_CIDRS,
@@ -26,54 +34,23 @@ import {
   type SquidSettings,
 } from "./squid-cloud-init";
 
+export {
+  DEFAULT_KVM_IMAGE,
+  POOL_DECIDED_KVM_INPUTS,
+  POOL_DECIDED_PROXMOX_INPUTS,
+  proxyUrl,
+  type KvmBackendSettings,
+  type ProxmoxBackendSettings,
+} from "./backends";
+
 /** Frozen: renaming the type would replace every pool (and so every VM) in existing stacks. */
 /** FROZEN: the component's type token is in every child's URN; a rename replaces the whole pool. */
 export const EGRESS_PROXY_POOL_TYPE = "egress-proxies:index:EgressProxyPool";
 
-/** Debian 12's official cloud image: has cloud-init, and squid in its archive. */
-export const DEFAULT_KVM_IMAGE = {
-  url: "https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-genericcloud-amd64.qcow2",
-  format: "qcow2" as const,
-};
-
-/** Inputs that the pool decides for every proxy, so a backend cannot set them. */
-export const POOL_DECIDED_KVM_INPUTS = [
-  "vmName",
-  "userData",
-  "userDataBase64",
-  "readiness",
-  "egressCheck",
-] as const;
-export const POOL_DECIDED_PROXMOX_INPUTS = [
-  "vmName",
-  "userData",
-  "readiness",
-  "egressCheck",
-] as const;
-type PoolDecidedKvmInputs = (typeof POOL_DECIDED_KVM_INPUTS)[number];
-type PoolDecidedProxmoxInputs = (typeof POOL_DECIDED_PROXMOX_INPUTS)[number];
-
-export type KvmBackendSettings = Omit<KvmProxyArgs, PoolDecidedKvmInputs | "image"> & {
-  /** Default: the pool's `kvmImage`, else Debian 12 genericcloud. */
-  image?: KvmProxyArgs["image"];
-};
-export type ProxmoxBackendSettings = Omit<ProxmoxProxyArgs, PoolDecidedProxmoxInputs>;
-
-interface BackendPlacement {
-  /** Unique in the pool, a short DNS label; part of each proxy's resource name, so keep it stable. */
-  name: string;
-  /** Share of the pool's `count` (default 1). */
-  weight?: number;
-  /** A fixed number of proxies here instead of a weighted share. */
-  count?: number;
-}
-export interface KvmBackend extends BackendPlacement {
-  kvm: KvmBackendSettings;
-}
-export interface ProxmoxBackend extends BackendPlacement {
-  proxmox: ProxmoxBackendSettings;
-}
-export type PoolBackend = KvmBackend | ProxmoxBackend;
+export type KvmBackend = BackendOf<"kvm">;
+export type ProxmoxBackend = BackendOf<"proxmox">;
+/** One backend of the pool: a name, its placement, and one kind's settings (components/backends.ts). */
+export type PoolBackend = AnyPoolBackend;
 
 export interface SquidArgs {
   /** Default 3128. */
@@ -122,7 +99,8 @@ export interface ProxyDetails {
   /** The proxy's key in the pool: `<backend>-<index>`. */
   name: string;
   backend: string;
-  kind: "kvm" | "proxmox";
+  /** The backend's kind: its key in the pool's backends (kvm, proxmox, …). */
+  kind: string;
   vmName: string;
   host: string;
   ip: string | null;
@@ -142,18 +120,34 @@ export class PoolArgsError extends Error {}
 
 /** Every problem with the pool's arguments at once, each naming the field and the fix. */
 export function poolArgsProblems(args: EgressProxyPoolArgs): string[] {
-  const problems = placementProblems(args.backends ?? [], args.count);
-  (args.backends ?? []).forEach((backend, index) => {
-    const kinds = ["kvm", "proxmox"].filter((kind) => kind in backend);
-    if (kinds.length !== 1)
+  const backends = args.backends ?? [];
+  const kinds = backends.map((backend) => backendKeysOf(backend));
+  const problems = placementProblems(
+    backends.map((backend, index) => placementOf(backend, kinds[index]!)),
+    args.count,
+  );
+  kinds.forEach((keys, index) => {
+    if (keys.length !== 1)
       problems.push(
-        `backends[${index}] must have exactly one of kvm or proxmox (found ${kinds.length === 0 ? "neither" : "both"})`,
+        `backends[${index}] must have exactly one of ${backendKeyList()} (found ${keys.length === 0 ? "none" : keys.join(" and ")})`,
       );
   });
   problems.push(...egressArgsProblems(args));
   // The password may be unknown until apply; it is checked again once known.
   problems.push(...squidSettingsProblems(squidSettings(args.squid, "placeholder")));
   return problems;
+}
+
+/** A backend as placement sees it: its name, weight, count and the most proxies its kind can hold. */
+function placementOf(backend: PoolBackend, keys: readonly string[]): PlacementBackend {
+  const capacity =
+    keys.length === 1 ? kindOf(backend).kind.capacity(kindOf(backend).settings) : undefined;
+  return {
+    name: backend.name,
+    weight: backend.weight,
+    count: backend.count,
+    ...(capacity === undefined ? {} : { capacity }),
+  };
 }
 
 function egressArgsProblems(args: EgressProxyPoolArgs): string[] {
@@ -177,22 +171,6 @@ function squidSettings(squid: SquidArgs | undefined, password: string): SquidSet
   };
 }
 
-/** `http://[user:password@]ip:port`, IPv6 in brackets, credentials percent-encoded. */
-export function proxyUrl(
-  ip: string,
-  port: number,
-  credentials?: { user: string; password: string },
-): string {
-  const host = ip.includes(":") ? `[${ip}]` : ip;
-  const userinfo =
-    credentials === undefined
-      ? ""
-      : `${encodeURIComponent(credentials.user)}:${encodeURIComponent(credentials.password)}@`;
-  return `http://${userinfo}${host}:${port}`;
-}
-
-const isKvmBackend = (backend: PoolBackend): backend is KvmBackend => "kvm" in backend;
-
 export class EgressProxyPool extends pulumi.ComponentResource {
   /** Proxy URLs without credentials (plain in state). */
   readonly endpoints: pulumi.Output<string[]>;
@@ -205,7 +183,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
   /** The squid port every proxy listens on. */
   readonly port: number;
   /** The child resources by key (`<backend>-<index>`). */
-  readonly children: ReadonlyMap<string, KvmProxy | ProxmoxProxy>;
+  readonly children: ReadonlyMap<string, pulumi.CustomResource>;
   readonly kubernetes?: KubernetesObjects;
 
   constructor(name: string, args: EgressProxyPoolArgs, opts: pulumi.ComponentResourceOptions = {}) {
@@ -215,32 +193,58 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       throw new PoolArgsError(`EgressProxyPool ${name}: ${problems.join("; ")}`);
     if (args.kubernetes !== undefined) assertKubernetesAvailable(`EgressProxyPool ${name}`);
 
-    const placed = placeProxies(args.backends, args.count);
+    const placed = placeProxies(
+      args.backends.map((backend) => placementOf(backend, backendKeysOf(backend))),
+      args.count,
+    );
     const port = args.squid?.port ?? DEFAULT_SQUID_PORT;
     const basicAuth = args.squid?.basicAuth;
     const password = basicAuth === undefined ? undefined : pulumi.secret(basicAuth.password);
-    const userData = this.userData(args, password);
+    const decisions: PoolDecisions = {
+      machine: args.machine,
+      kvmImage: args.kvmImage,
+      tags: args.tags,
+      userData: this.userData(args, password),
+      readiness: { mode: args.readiness?.mode ?? "port", port },
+      egressCheck: this.egressCheck(args),
+      port,
+      basicAuth:
+        basicAuth === undefined || password === undefined
+          ? undefined
+          : { user: basicAuth.user, password },
+      parent: this,
+    };
     const backendsByName = new Map(args.backends.map((backend) => [backend.name, backend]));
 
-    const children = new Map<string, KvmProxy | ProxmoxProxy>();
+    const children = new Map<string, pulumi.CustomResource>();
+    const members: PoolMember[] = [];
     const details: pulumi.Output<ProxyDetails>[] = [];
     for (const proxy of placed) {
-      const backend = backendsByName.get(proxy.backend)!;
-      const child = this.declareProxy(name, proxy, backend, args, userData, port);
-      children.set(proxy.key, child);
+      const { kind, settings } = kindOf(backendsByName.get(proxy.backend)!);
+      const member = kind.declare(`${name}-${proxy.key}`, settings, proxy, decisions);
+      children.set(proxy.key, member.resource);
+      members.push(member);
       const checked = args.egressCheck !== undefined || (args.readiness?.mode ?? "port") === "port";
       details.push(
         pulumi
-          .all([child.vmName, child.host, child.ip, child.id, child.egressIp, child.checkedAt])
-          .apply(([vmName, host, ip, id, egressIp, checkedAt]) => ({
+          .all([
+            member.vmName,
+            member.host,
+            member.ip,
+            member.resource.id,
+            member.egressIp,
+            member.checkedAt,
+            member.endpoint,
+          ])
+          .apply(([vmName, host, ip, id, egressIp, checkedAt, endpoint]) => ({
             name: proxy.key,
             backend: proxy.backend,
-            kind: isKvmBackend(backend) ? ("kvm" as const) : ("proxmox" as const),
+            kind: kind.kind,
             vmName,
             host,
             ip: ip ?? null,
             id,
-            endpoint: ip ? proxyUrl(ip, port) : null,
+            endpoint: endpoint ?? null,
             // Absent in state written before the egress check existed.
             egressIp: egressIp ?? null,
             checkedAt: checkedAt ?? null,
@@ -255,27 +259,24 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     this.count = pulumi.output(placed.length);
     this.egress = this.proxies.apply((all) => this.egressGroups(name, args, all));
     // Everything published waits for the diversity verdict: requireDistinctEgress fails it first.
-    const addresses = pulumi
-      .all([this.proxies, this.egress])
-      .apply(([all]) => all.flatMap((proxy) => (proxy.ip === null ? [] : [proxy.ip])));
-    this.endpoints = addresses.apply((ips) => ips.map((ip) => proxyUrl(ip, port)));
-    this.endpointsWithCredentials =
-      basicAuth === undefined || password === undefined
-        ? this.endpoints
-        : pulumi
-            .secret(pulumi.all([addresses, password]))
-            .apply(([ips, secretPassword]) =>
-              ips.map((ip) =>
-                proxyUrl(ip, port, { user: basicAuth.user, password: secretPassword }),
-              ),
-            );
+    const verdict = pulumi.all([this.proxies, this.egress]);
+    const known = (urls: (string | null)[]): string[] => urls.flatMap((url) => url ?? []);
+    this.endpoints = pulumi
+      .all([verdict, pulumi.all(members.map((member) => member.endpoint))])
+      .apply(([, urls]) => known(urls));
+    this.endpointsWithCredentials = pulumi
+      .all([verdict, pulumi.all(members.map((member) => member.endpointWithCredentials))])
+      .apply(([, urls]) => known(urls));
+    const serviceAddresses = pulumi
+      .all([verdict, pulumi.all(members.map((member) => member.serviceAddress))])
+      .apply(([, ips]) => known(ips));
 
     if (args.kubernetes !== undefined)
       this.kubernetes = publishToKubernetes(
         name,
         args.kubernetes,
         {
-          addresses: addresses.apply((ips) => ips.filter((ip) => !ip.includes(":"))),
+          addresses: serviceAddresses,
           // With requireDistinctEgress even the Service waits for the verdict; else preview shows the port.
           port: args.requireDistinctEgress === true ? this.egress.apply(() => port) : port,
           urls: this.endpointsWithCredentials,
@@ -325,49 +326,6 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       });
   }
 
-  private declareProxy(
-    poolName: string,
-    proxy: PlacedProxy,
-    backend: PoolBackend,
-    args: EgressProxyPoolArgs,
-    userData: pulumi.Output<string>,
-    port: number,
-  ): KvmProxy | ProxmoxProxy {
-    const resourceName = `${poolName}-${proxy.key}`;
-    const readiness = { mode: args.readiness?.mode ?? "port", port };
-    const egressCheck = this.egressCheck(args);
-    const options = { parent: this };
-    if (isKvmBackend(backend))
-      return new KvmProxy(
-        resourceName,
-        {
-          ...backend.kvm,
-          vcpus: backend.kvm.vcpus ?? args.machine?.cpus,
-          memoryMiB: backend.kvm.memoryMiB ?? args.machine?.memoryMiB,
-          diskGiB: backend.kvm.diskGiB ?? args.machine?.diskGiB,
-          image: backend.kvm.image ?? args.kvmImage ?? DEFAULT_KVM_IMAGE,
-          userData,
-          readiness,
-          egressCheck,
-        },
-        options,
-      );
-    return new ProxmoxProxy(
-      resourceName,
-      {
-        ...backend.proxmox,
-        cores: backend.proxmox.cores ?? args.machine?.cpus,
-        memoryMiB: backend.proxmox.memoryMiB ?? args.machine?.memoryMiB,
-        diskGiB: backend.proxmox.diskGiB ?? args.machine?.diskGiB,
-        tags: mergeTags(args.tags, backend.proxmox.tags),
-        userData,
-        readiness,
-        egressCheck,
-      },
-      options,
-    );
-  }
-
   /** The pool's egress check, with squid's basic auth so the request is let through. */
   private egressCheck(args: EgressProxyPoolArgs): KvmProxyArgs["egressCheck"] {
     if (args.egressCheck === undefined) return undefined;
@@ -383,23 +341,15 @@ export class EgressProxyPool extends pulumi.ComponentResource {
   }
 }
 
-function mergeTags(
-  poolTags: string[] | undefined,
-  backendTags: ProxmoxBackendSettings["tags"],
-): ProxmoxBackendSettings["tags"] {
-  if (poolTags === undefined) return backendTags;
-  if (backendTags === undefined) return poolTags;
-  return pulumi.output(backendTags).apply((tags) => [...new Set([...poolTags, ...tags])]);
-}
-
 /** What the Kubernetes publishing says about each proxy with an address. */
 function endpointChecks(proxies: readonly ProxyDetails[]): EndpointCheck[] {
+  // One check per published URL, in the same order (proxies.json pairs them by position).
   return proxies.flatMap((proxy) =>
-    proxy.ip === null
+    proxy.endpoint === null
       ? []
       : [
           {
-            address: proxy.ip,
+            address: proxy.ip ?? proxy.host,
             ready: proxy.ready,
             egressIp: proxy.egressIp,
             checkedAt: proxy.checkedAt,

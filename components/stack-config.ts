@@ -7,16 +7,19 @@
  */
 import type * as pulumi from "@pulumi/pulumi";
 import { z } from "zod";
-import { connectionSchema, kvmProxyInputsSchema } from "../provider/kvm/schema";
-import { proxmoxProxyInputsSchema } from "../provider/proxmox/schema";
+import { kvmProxyInputsSchema } from "../provider/kvm/schema";
+import {
+  BACKEND_KEYS,
+  backendKeyList,
+  backendKeysOf,
+  kindOf,
+  kvmPrivateKeySchema,
+  POOL_BACKENDS,
+  type PoolBackendKind,
+} from "./backends";
 import { closestName, knownKeysAt } from "./config-keys";
 import { placementProblems } from "./placement";
-import {
-  POOL_DECIDED_KVM_INPUTS,
-  POOL_DECIDED_PROXMOX_INPUTS,
-  type EgressProxyPoolArgs,
-  type PoolBackend,
-} from "./pool";
+import type { EgressProxyPoolArgs, PoolBackend } from "./pool";
 import {
   DEFAULT_ALLOWED_CLIENT_CIDRS,
   DEFAULT_SQUID_PORT,
@@ -55,45 +58,20 @@ const POOL_DECIDED_ADVICE: Record<string, string> = {
   readiness: `remove it and set ${CONFIG_NAMESPACE}:pool.readiness for the whole pool`,
 };
 
-/** Set by the resource itself, never by its user. */
-const RESOURCE_SET_INPUTS = ["owner", "vmNameChosenBy"];
-
-/** A resource's input schema minus what the pool or the resource decides: what a backend may set. */
-function backendSettings(
-  inputs: z.ZodObject,
-  decided: readonly string[],
-  error: string,
-): z.ZodObject {
-  const excluded = new Set([...decided, ...RESOURCE_SET_INPUTS]);
-  const shape = Object.fromEntries(
-    Object.entries(inputs.shape).filter(([key]) => !excluded.has(key)),
-  ) as z.ZodRawShape;
-  return z.strictObject(shape, { error });
-}
-
-/** The image is optional on a backend: the pool's kvmImage, else Debian 12, is the default. */
-const kvmSettings = backendSettings(
-  kvmProxyInputsSchema,
-  POOL_DECIDED_KVM_INPUTS,
-  "kvm must be an object (use {} for the local libvirt socket)",
-).extend({ image: kvmProxyInputsSchema.shape.image.optional() });
-
-const proxmoxSettings = backendSettings(
-  proxmoxProxyInputsSchema,
-  POOL_DECIDED_PROXMOX_INPUTS,
-  "proxmox must be an object with node, templateVmid, diskStorage and seedStorage",
-);
-
-const BACKEND_KINDS = {
-  kvm: {
-    schema: z.strictObject({ ...backendBase, kvm: kvmSettings }),
-    decided: POOL_DECIDED_KVM_INPUTS as readonly string[],
-  },
-  proxmox: {
-    schema: z.strictObject({ ...backendBase, proxmox: proxmoxSettings }),
-    decided: POOL_DECIDED_PROXMOX_INPUTS as readonly string[],
-  },
-};
+/** Each kind's stack-config schema, from the registry (components/backends.ts). */
+const BACKEND_KINDS = Object.fromEntries(
+  BACKEND_KEYS.map((key) => {
+    const kind = POOL_BACKENDS[key] as PoolBackendKind<unknown>;
+    return [
+      key,
+      {
+        schema: z.strictObject({ ...backendBase, [key]: kind.configSchema }),
+        decided: kind.decided,
+        shape: kind.configShape,
+      },
+    ];
+  }),
+) as Record<string, { schema: z.ZodObject; decided: readonly string[]; shape: string }>;
 
 /**
  * A problem whose message continues the config key ("<key> is not a known
@@ -156,13 +134,12 @@ const samePath = (a: readonly PropertyKey[], b: readonly PropertyKey[]) =>
 const backendSchema = z.unknown().pipe(
   z.custom<PoolBackend>().superRefine((value, context) => {
     const isObject = typeof value === "object" && value !== null;
-    const kinds = isObject
-      ? (["kvm", "proxmox"] as const).filter((kind) => kind in (value as object))
-      : [];
+    const kinds = isObject ? backendKeysOf(value as object) : [];
     if (kinds.length !== 1) {
+      const shapes = Object.values(BACKEND_KINDS).map((kind) => kind.shape);
       context.addIssue({
         code: "custom",
-        message: `each backend must be { name, kvm: {...} } or { name, proxmox: {...} } (found ${kinds.length === 0 ? "neither" : "both"})`,
+        message: `each backend must be ${shapes.slice(0, -1).join(", ")} or ${shapes.at(-1)} (found ${kinds.length === 0 ? "none" : kinds.join(" and ")})`,
       });
       return;
     }
@@ -180,7 +157,9 @@ const backendSchema = z.unknown().pipe(
 export const poolConfigSchema = z.strictObject({
   count: count("count").optional(),
   backends: z
-    .array(backendSchema, { error: "backends must be a list of KVM hosts and Proxmox nodes" })
+    .array(backendSchema, {
+      error: `backends must be a list of backends, each with one of ${backendKeyList()}`,
+    })
     .min(1, { error: "backends must list at least one backend" }),
   machine: z
     .strictObject({
@@ -337,6 +316,7 @@ function poolProblems(pool: unknown): string[] {
         name: typeof fields.name === "string" ? fields.name : "",
         weight: typeof fields.weight === "number" ? fields.weight : undefined,
         count: typeof fields.count === "number" ? fields.count : undefined,
+        capacity: capacityOf(fields),
       };
     });
     const total = typeof pool.count === "number" ? pool.count : undefined;
@@ -360,6 +340,17 @@ function poolProblems(pool: unknown): string[] {
     ),
   );
   return problems;
+}
+
+/** The most proxies a backend of a known kind can hold, as far as its settings can tell. */
+function capacityOf(backend: Record<string, unknown>): number | undefined {
+  const keys = backendKeysOf(backend);
+  if (keys.length !== 1) return undefined;
+  try {
+    return kindOf(backend as unknown as PoolBackend).kind.capacity(backend[keys[0]!]);
+  } catch {
+    return undefined; // settings of the wrong shape: reported by the schema
+  }
 }
 
 /** The secret keys, checked without ever being quoted. */
@@ -397,10 +388,7 @@ function secretProblems(raw: RawStackConfig, pool: unknown): string[] {
           `${POOL_KEY}.squid.basicAuthUser${problem.slice("squid.basicAuth.user".length)}`,
         );
   }
-  if (
-    raw.kvmPrivateKey !== undefined &&
-    !connectionSchema.shape.privateKey.safeParse(raw.kvmPrivateKey).success
-  )
+  if (raw.kvmPrivateKey !== undefined && !kvmPrivateKeySchema.safeParse(raw.kvmPrivateKey).success)
     problems.push(
       `${PRIVATE_KEY_KEY} must be the private key's text (-----BEGIN ... PRIVATE KEY-----), not a path; ` +
         `set it from the file: \`pulumi config set --secret ${PRIVATE_KEY_KEY} < ~/.ssh/id_ed25519\``,
@@ -416,13 +404,12 @@ function poolArgs(
   // The backends' settings go to the resources as the user wrote them (defaults are the resources' job).
   const privateKey = raw.kvmPrivateKey === undefined ? undefined : secret(raw.kvmPrivateKey);
   const backends = (config.backends as unknown as PoolBackend[]).map((backend): PoolBackend => {
-    if (!("kvm" in backend)) return backend;
-    const connection = backend.kvm.connection as Record<string, unknown> | undefined;
-    const kvm =
-      connection !== undefined && connection.privateKey === undefined && privateKey !== undefined
-        ? { ...backend.kvm, connection: { ...connection, privateKey } }
-        : backend.kvm;
-    return { ...backend, kvm } as PoolBackend;
+    const { key, kind, settings } = kindOf(backend);
+    if (kind.withStackSecrets === undefined) return backend;
+    return {
+      ...backend,
+      [key]: kind.withStackSecrets(settings, { kvmPrivateKey: privateKey }),
+    } as PoolBackend;
   });
   const basicAuthUser = config.squid?.basicAuthUser;
   return {

@@ -5,3 +5,5 @@ export { KvmProxy } from "./kvm/resource";
 export type { KvmProxyArgs, KvmConnectionArgs } from "./kvm/resource";
 export { ProxmoxProxy } from "./proxmox/resource";
 export type { ProxmoxProxyArgs } from "./proxmox/resource";
+export { StaticProxy } from "./static/resource";
+export type { StaticProxyArgs } from "./static/resource";

@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
 
-const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+import { REAPER_BACKENDS, type ReaperBackendConfigs } from "./backends";
 
 const namesOfState = {
   /** Needed only when the state has no resources to tell them. */
@@ -41,80 +41,26 @@ const stateSourceSchema = z.union(
   },
 );
 
-const ownerSchema = z.strictObject({
-  project: z.string().min(1, { error: "project must not be empty" }),
-  stack: z.string().min(1, { error: "stack must not be empty" }),
-});
-
-const kvmBackendSchema = z.strictObject({
-  name: z.string().regex(NAME, { error: "name must be letters, digits, _ . - (e.g. kvm1)" }),
-  /** How KvmProxy ids name this host (`host`, `host:port` or `local`); defaults to that rule. */
-  label: z.string().min(1).optional(),
-  /** Without a connection the local socket is used. */
-  connection: z
-    .strictObject({
-      host: z.string().min(1, { error: "host must be the hypervisor's name or address" }),
-      port: z.number().int().min(1).max(65535).default(22),
-      user: z.string().min(1).default("root"),
-      privateKeyFile: z.string().optional(),
-      /** Name of an environment variable holding the key's passphrase. */
-      passphraseEnv: z.string().optional(),
-      knownHostsFile: z.string().optional(),
-      insecureIgnoreHostKey: z.boolean().default(false),
-      agentSocket: z.string().optional(),
-      dialTimeoutSeconds: z.number().int().min(1).max(600).default(15),
-    })
-    .optional(),
-  socketPath: z.string().default("/var/run/libvirt/libvirt-sock"),
-  pools: z
-    .array(z.string().regex(NAME, { error: "each pool must be a libvirt pool name" }))
-    .min(1, { error: 'pools must name at least one storage pool, e.g. ["default"]' }),
-  /**
-   * Volumes carry no mark. Per-VM volumes without a domain whose VM name starts
-   * with namePrefix are taken to be this stack's; without this they are
-   * reported as "unknown owner" and never touched.
-   */
-  unmarkedVolumes: z
-    .strictObject({ owner: ownerSchema, namePrefix: z.string().default("") })
-    .optional(),
-});
-
-const proxmoxBackendSchema = z.strictObject({
-  name: z.string().regex(NAME, { error: "name must be letters, digits, _ . - (e.g. pve1)" }),
-  apiEndpoint: z
-    .string({ error: 'apiEndpoint must be a URL, e.g. "https://pve.lan:8006"' })
-    .regex(/^https?:\/\/[^/\s]+/, {
-      error: 'apiEndpoint must be a URL, e.g. "https://pve.lan:8006"',
-    }),
-  /** Name of an environment variable holding `user@realm!tokenid=secret`. */
-  apiTokenEnv: z.string().default("PROXMOX_VE_API_TOKEN"),
-  apiTokenFile: z.string().optional(),
-  caCertFile: z.string().optional(),
-  insecure: z.boolean().default(false),
-  nodes: z
-    .array(
-      z.strictObject({
-        node: z.string().min(1, { error: "node must be the Proxmox node name" }),
-        /** Where this node's seeds live (the ProxmoxProxy seedStorage). */
-        seedStorage: z.string().min(1, { error: "seedStorage must be a storage id, e.g. local" }),
-      }),
-    )
-    .min(1, { error: "nodes must list at least one node" }),
-  deleteTimeoutSeconds: z.number().int().min(10).max(3600).default(300),
-});
-
+/** `states`, then one list per kind of backend in the registry (reaper/backends.ts), under its key. */
 export const reaperConfigSchema = z.strictObject({
   states: z.array(stateSourceSchema).min(1, {
     error: "states must list at least one stack state: without states nothing is an orphan",
   }),
-  kvm: z.array(kvmBackendSchema).default([]),
-  proxmox: z.array(proxmoxBackendSchema).default([]),
+  ...(Object.fromEntries(
+    Object.entries(REAPER_BACKENDS).map(([key, kind]) => [
+      key,
+      z.array(kind.configSchema).default([]),
+    ]),
+  ) as {
+    [K in keyof ReaperBackendConfigs]: z.ZodDefault<z.ZodArray<z.ZodType<ReaperBackendConfigs[K]>>>;
+  }),
 });
 
-export type ReaperConfig = z.output<typeof reaperConfigSchema>;
-export type StateSource = ReaperConfig["states"][number];
-export type KvmBackendConfig = ReaperConfig["kvm"][number];
-export type ProxmoxBackendConfig = ReaperConfig["proxmox"][number];
+export type ReaperConfig = { states: StateSource[] } & {
+  [K in keyof ReaperBackendConfigs]: ReaperBackendConfigs[K][];
+};
+export type StateSource = z.output<typeof stateSourceSchema>;
+export type { KvmBackendConfig, ProxmoxBackendConfig } from "./backends";
 
 export class ConfigError extends Error {
   override readonly name = "ConfigError";
@@ -131,13 +77,16 @@ export function parseConfig(json: unknown, source = "config"): ReaperConfig {
     });
     throw new ConfigError(lines.join("\n"));
   }
-  const names = [...result.data.kvm, ...result.data.proxmox].map((backend) => backend.name);
+  const data = result.data as ReaperConfig;
+  const names = Object.keys(REAPER_BACKENDS).flatMap((key) =>
+    (data[key as keyof ReaperBackendConfigs] as { name: string }[]).map((backend) => backend.name),
+  );
   const repeated = names.find((name, index) => names.indexOf(name) !== index);
   if (repeated !== undefined)
     throw new ConfigError(
       `${source}: backend name ${JSON.stringify(repeated)} is used twice; give each backend its own name`,
     );
-  return result.data;
+  return data;
 }
 
 export function loadConfig(path: string): ReaperConfig {

@@ -1,24 +1,52 @@
 /**
- * The Proxmox side of the reaper: list the VMs on the configured nodes that
- * carry our mark (tag + description block), and delete a planned one through
- * ProxmoxProxy's own delete (which checks the name and the mark again, stops,
- * destroys, and removes the seed). Listing never throws: a failure makes the
- * listing incomplete, and then nothing is deleted on this backend.
+ * The Proxmox side of the reaper: its config schema, and deletes. What an API
+ * holds is listed by provider/proxmox/leftovers.ts; a planned VM is deleted
+ * through ProxmoxProxy's own delete, which checks the name, the owner and the
+ * creation time again, stops, destroys, and removes the seed.
  */
 import { readFileSync } from "node:fs";
-import { Deadline } from "../provider/common/deadline";
-import { isNotFound, PermanentError } from "../provider/common/errors";
-import { ProxmoxClient } from "../provider/proxmox/client";
-import { resolveConnection, type ConnectionInputs } from "../provider/proxmox/connection";
-import { deleteProxy, resourceId } from "../provider/proxmox/provider";
-import { markOfConfig } from "../provider/proxmox/vm-config";
-import { getConfig, getStatus, listVms, type ClusterVmEntry } from "../provider/proxmox/vm";
-import type { ProxmoxBackendConfig } from "./config";
-import type { BackendListing, ListedItem, PlanEntry } from "./plan";
-import type { DeleteOutcome } from "./kvm";
+import { z } from "zod";
+import { PermanentError } from "../provider/common/errors";
+import type { DeleteOutcome } from "../provider/common/lifecycle";
+import { closeAllProxmoxLinks, type ConnectionInputs } from "../provider/proxmox/leftovers";
+import { deleteProxy } from "../provider/proxmox/provider";
+import { NAME_PATTERN } from "./names";
+import type { PlanEntry } from "./plan";
 
-const LIST_BUDGET_MS = 300_000;
-const IN_FLIGHT = 8;
+export {
+  listProxmoxBackend,
+  proxmoxClient,
+  type ProxmoxListOptions,
+} from "../provider/proxmox/leftovers";
+
+/** One Proxmox API in the reaper config (`proxmox: [...]`). */
+export const proxmoxBackendSchema = z.strictObject({
+  name: z
+    .string()
+    .regex(NAME_PATTERN, { error: "name must be letters, digits, _ . - (e.g. pve1)" }),
+  apiEndpoint: z
+    .string({ error: 'apiEndpoint must be a URL, e.g. "https://pve.lan:8006"' })
+    .regex(/^https?:\/\/[^/\s]+/, {
+      error: 'apiEndpoint must be a URL, e.g. "https://pve.lan:8006"',
+    }),
+  /** Name of an environment variable holding `user@realm!tokenid=secret`. */
+  apiTokenEnv: z.string().default("PROXMOX_VE_API_TOKEN"),
+  apiTokenFile: z.string().optional(),
+  caCertFile: z.string().optional(),
+  insecure: z.boolean().default(false),
+  nodes: z
+    .array(
+      z.strictObject({
+        node: z.string().min(1, { error: "node must be the Proxmox node name" }),
+        /** Where this node's seeds live (the ProxmoxProxy seedStorage). */
+        seedStorage: z.string().min(1, { error: "seedStorage must be a storage id, e.g. local" }),
+      }),
+    )
+    .min(1, { error: "nodes must list at least one node" }),
+  deleteTimeoutSeconds: z.number().int().min(10).max(3600).default(300),
+});
+
+export type ProxmoxBackendConfig = z.output<typeof proxmoxBackendSchema>;
 
 /** The connection as ProxmoxProxy's inputs spell it; the token comes from a file or the environment. */
 export function connectionInputsOf(
@@ -47,79 +75,16 @@ export function connectionInputsOf(
   };
 }
 
-export function proxmoxClient(inputs: ConnectionInputs): ProxmoxClient {
-  return new ProxmoxClient(resolveConnection(inputs, {}));
-}
+/** The links ProxmoxProxy's delete opened, closed after the run. */
+export const closeProxmoxLinks = (): Promise<void> => closeAllProxmoxLinks();
 
-export interface ProxmoxListOptions {
-  /** Called after each VM's config is read (tests break the API mid-listing here). */
-  onVmRead?: (vmid: number) => void;
-}
-
-export async function listProxmoxBackend(
-  client: ProxmoxClient,
-  config: ProxmoxBackendConfig,
-  options: ProxmoxListOptions = {},
-): Promise<BackendListing> {
-  const deadline = new Deadline(LIST_BUDGET_MS, "the reaper's listing budget");
-  const items: ListedItem[] = [];
-  const nodes = new Set(config.nodes.map((node) => node.node));
-  try {
-    const entries = (await listVms(client, deadline)).filter(
-      (entry) => nodes.has(entry.node) && entry.template !== 1,
-    );
-    for (let start = 0; start < entries.length; start += IN_FLIGHT) {
-      const batch = entries.slice(start, start + IN_FLIGHT);
-      const listed = await Promise.all(
-        batch.map((entry) => listedVm(client, config, entry, deadline, options)),
-      );
-      for (const item of listed) if (item !== undefined) items.push(item);
-    }
-    return { backend: config.name, complete: true, items };
-  } catch (error) {
-    return {
-      backend: config.name,
-      complete: false,
-      problem: `listing ${config.apiEndpoint} failed: ${(error as Error).message}`,
-      items,
-    };
-  }
-}
-
-async function listedVm(
-  client: ProxmoxClient,
-  config: ProxmoxBackendConfig,
-  entry: ClusterVmEntry,
-  deadline: Deadline,
-  options: ProxmoxListOptions,
-): Promise<ListedItem | undefined> {
-  const ref = { node: entry.node, vmid: entry.vmid };
-  let vmConfig: Record<string, string | undefined>;
-  try {
-    vmConfig = await getConfig(client, ref, deadline);
-  } catch (error) {
-    if (isNotFound(error)) return undefined; // destroyed since the listing
-    throw error;
-  }
-  options.onVmRead?.(entry.vmid);
-  const reading = markOfConfig(vmConfig);
-  if (reading.kind === "unmarked") return undefined;
-  const name = vmConfig.name ?? entry.name ?? `vmid-${entry.vmid}`;
-  return {
-    backend: config.name,
-    host: entry.node,
-    kind: "proxmox-vm",
-    name,
-    vmName: name,
-    resourceId: resourceId(ref),
-    ownership: reading,
-    state: entry.status,
-  };
-}
-
-/** ProxmoxProxy's delete with the owner from the mark: it refuses a VM whose mark changed. */
+/**
+ * ProxmoxProxy's own delete, given what its state would record of the listed
+ * VM: the connection, name, owner and creation time from the mark (a VM
+ * made since at that VMID is not the one listed, and is left alone), and the
+ * node's seed storage.
+ */
 export async function deleteProxmoxEntry(
-  client: ProxmoxClient,
   inputs: ConnectionInputs,
   config: ProxmoxBackendConfig,
   entry: PlanEntry,
@@ -134,21 +99,12 @@ export async function deleteProxmoxEntry(
   const node = config.nodes.find((candidate) => candidate.node === item.host);
   if (node === undefined)
     throw new PermanentError(`node ${item.host} is not in proxmox backend ${config.name}`);
-  const ref = { node: item.host, vmid: Number(item.resourceId.split("/").pop()) };
-  const deadline = Deadline.afterSeconds(config.deleteTimeoutSeconds, "deleteTimeoutSeconds");
-  const present = await getStatus(client, ref, deadline).then(
-    () => true,
-    (error) => {
-      if (isNotFound(error)) return false;
-      throw error;
-    },
-  );
-  await deleteProxy(item.resourceId, {
+  return deleteProxy(item.resourceId, {
     ...inputs,
     vmName: item.name,
     owner: item.ownership.mark.owner,
+    createdAt: item.ownership.mark.createdAt,
     seedStorage: node.seedStorage,
     timeouts: { deleteSeconds: config.deleteTimeoutSeconds },
   });
-  return present ? "removed" : "already gone";
 }

@@ -39,6 +39,8 @@ export function renderTable(
       .join("  ");
   const out = [line(COLUMNS), ...rows.map(line)];
   for (const listing of listings)
+    if (listing.note !== undefined) out.push(`- ${listing.backend}: ${listing.note}`);
+  for (const listing of listings)
     if (!listing.complete)
       out.push(
         `! ${listing.backend}: not listed completely (${listing.problem}); nothing deleted there`,
@@ -70,6 +72,7 @@ export function renderJson(
         backend: listing.backend,
         complete: listing.complete,
         ...(listing.problem === undefined ? {} : { problem: listing.problem }),
+        ...(listing.note === undefined ? {} : { note: listing.note }),
       })),
       items: plan.map((entry) => ({
         backend: entry.item.backend,

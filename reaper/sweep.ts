@@ -4,26 +4,16 @@
  * report, and with --apply delete the planned orphans through the resources'
  * own delete paths. Returns the exit status; main.ts only parses argv.
  */
-import { closeAllProxmoxPools, type ProxmoxClient } from "../provider/proxmox/client";
-import type { ConnectionInputs } from "../provider/proxmox/connection";
 import { safeErrorMessage } from "../provider/common/redact";
-import type { KvmBackendConfig, ProxmoxBackendConfig, ReaperConfig } from "./config";
 import {
-  deleteKvmEntry,
-  listKvmBackend,
-  openKvmSession,
-  type DeleteOutcome,
-  type KvmListOptions,
-  type KvmSession,
-} from "./kvm";
-import { planReaping, type BackendListing, type PlanEntry } from "./plan";
-import {
-  connectionInputsOf,
-  deleteProxmoxEntry,
-  listProxmoxBackend,
-  proxmoxClient,
-  type ProxmoxListOptions,
-} from "./proxmox";
+  REAPER_BACKENDS,
+  type OpenBackend,
+  type ReaperBackendKind,
+  type SweepDeps,
+} from "./backends";
+import type { ReaperConfig } from "./config";
+import { openKvmSession } from "./kvm";
+import { planReaping, type PlanEntry } from "./plan";
 import { renderJson, renderTable, type RemovalResult } from "./report";
 import { readStates } from "./states";
 
@@ -50,22 +40,16 @@ export interface SweepIo {
   err(text: string): void;
 }
 
-/** How backends are reached; tests replace the KVM dialer to hold the link's server side. */
-export interface SweepDeps {
-  openKvm(config: KvmBackendConfig): Promise<KvmSession>;
-  onKvmDomainRead?: KvmListOptions["onDomainRead"];
-  onProxmoxVmRead?: ProxmoxListOptions["onVmRead"];
-}
+export type { SweepDeps };
 
 const defaultDeps: SweepDeps = { openKvm: openKvmSession };
 
-type Deleter = (entry: PlanEntry) => Promise<DeleteOutcome>;
-
-interface OpenBackend {
-  listing: BackendListing;
-  delete?: Deleter;
-  close(): Promise<void>;
-}
+/** Every kind in the registry, with the backends of that kind the config lists. */
+const configuredKinds = (config: ReaperConfig) =>
+  Object.entries(REAPER_BACKENDS).map(([key, kind]) => ({
+    kind: kind as unknown as ReaperBackendKind<{ name: string }>,
+    backends: config[key as keyof typeof REAPER_BACKENDS] as { name: string }[],
+  }));
 
 export async function runSweep(
   config: ReaperConfig,
@@ -80,10 +64,12 @@ export async function runSweep(
     io.err(`egress-reaper: ${safeErrorMessage(error)}\nnothing was listed or deleted.`);
     return EXIT.state;
   }
-  const backends = await Promise.all([
-    ...config.kvm.map((backend) => openAndListKvm(backend, options, deps)),
-    ...config.proxmox.map((backend) => openAndListProxmox(backend, deps)),
-  ]);
+  const kinds = configuredKinds(config);
+  const backends = await Promise.all(
+    kinds.flatMap(({ kind, backends: configured }) =>
+      configured.map((backend) => kind.open(backend, options, deps)),
+    ),
+  );
   try {
     const listings = backends.map((backend) => backend.listing);
     const plan = planReaping(listings, states, {
@@ -113,60 +99,8 @@ export async function runSweep(
       : EXIT.incomplete;
   } finally {
     await Promise.all(backends.map((backend) => backend.close().catch(() => undefined)));
-    await closeAllProxmoxPools().catch(() => undefined);
+    for (const { kind } of kinds) await kind.closeAll?.().catch(() => undefined);
   }
-}
-
-async function openAndListKvm(
-  config: KvmBackendConfig,
-  options: SweepOptions,
-  deps: SweepDeps,
-): Promise<OpenBackend> {
-  let session: KvmSession;
-  try {
-    session = await deps.openKvm(config);
-  } catch (error) {
-    return unreachable(config.name, error);
-  }
-  const listing = await listKvmBackend(session, config, {
-    pruneImages: options.pruneImages,
-    ...(deps.onKvmDomainRead === undefined ? {} : { onDomainRead: deps.onKvmDomainRead }),
-  });
-  return {
-    listing,
-    delete: (entry) => deleteKvmEntry(session, config, entry),
-    close: () => session.close(),
-  };
-}
-
-async function openAndListProxmox(
-  config: ProxmoxBackendConfig,
-  deps: SweepDeps,
-): Promise<OpenBackend> {
-  let inputs: ConnectionInputs;
-  let client: ProxmoxClient;
-  try {
-    inputs = connectionInputsOf(config);
-    client = proxmoxClient(inputs);
-  } catch (error) {
-    return unreachable(config.name, error);
-  }
-  return {
-    listing: await listProxmoxBackend(
-      client,
-      config,
-      deps.onProxmoxVmRead === undefined ? {} : { onVmRead: deps.onProxmoxVmRead },
-    ),
-    delete: (entry) => deleteProxmoxEntry(client, inputs, config, entry),
-    close: async () => undefined,
-  };
-}
-
-function unreachable(backend: string, error: unknown): OpenBackend {
-  return {
-    listing: { backend, complete: false, problem: safeErrorMessage(error), items: [] },
-    close: async () => undefined,
-  };
 }
 
 /** Only entries planned "reap" on a completely listed backend; one failure does not stop the rest. */

@@ -12,6 +12,7 @@ import {
   DEFAULT_POOL_CONFIG,
   poolArgsFromStackConfig,
 } from "../../components/stack-config";
+import { kindOf } from "../../components/backends";
 import { hostLabel } from "../../provider/kvm/naming";
 import type { PreflightWants } from "../../provider/kvm/preflight";
 import { kvmProxyInputsSchema, type KvmProxyInputs } from "../../provider/kvm/schema";
@@ -167,19 +168,13 @@ export function targetsFromStackConfig(json: unknown, source: string): DoctorTar
     basicAuthPassword: typeof password === "string" ? password : undefined,
   });
   if (!checked.ok) throw new TargetError(checked.problems.join("\n"));
-  const pool = { data: checked.config };
   const targets: DoctorTarget[] = [];
-  pool.data.backends.forEach((backend, index) => {
-    if (!("kvm" in backend)) return;
-    const kvm = backend.kvm as Record<string, unknown>;
-    const connection = kvm.connection as Record<string, unknown> | undefined;
-    const withKey =
-      connection !== undefined &&
-      connection.privateKey === undefined &&
-      typeof privateKey === "string"
-        ? { ...kvm, connection: { ...connection, privateKey } }
-        : kvm;
-    targets.push(targetOf(backend.name, `${poolKey}.backends[${index}].kvm.`, withKey));
+  // The pool's own arguments (kvmPrivateKey already folded in), its KVM backends found by the registry.
+  checked.args.backends.forEach((backend, index) => {
+    const { key, settings } = kindOf(backend);
+    if (key !== "kvm") return;
+    const kvm = settings as Record<string, unknown>;
+    targets.push(targetOf(backend.name, `${poolKey}.backends[${index}].${key}.`, kvm));
   });
   if (targets.length === 0)
     throw new TargetError(`${poolKey} has no KVM backend: the doctor checks libvirt hosts only`);

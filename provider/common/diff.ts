@@ -15,6 +15,21 @@ export type ChangeKind = "replace" | "update";
  */
 export type ChangeTable = Readonly<Record<string, ChangeKind>>;
 
+/** `connection.host`, `connection.user`, …: the dotted paths of the object inputs in `Split`. */
+type SplitPaths<T, Split extends keyof T> = Split extends keyof T
+  ? `${Split & string}.${keyof NonNullable<T[Split]> & string}`
+  : never;
+
+/**
+ * A change table that must name every input of `T` (a new input that nobody
+ * classified does not compile): each top-level key, except the object inputs
+ * in `Split`, which are classified field by field as dotted paths.
+ * `vmNameChosenBy` follows `vmName` and is never compared on its own.
+ */
+export type ChangeTableOf<T, Split extends keyof T = never> = Readonly<
+  Record<Exclude<keyof T, Split | "vmNameChosenBy"> | SplitPaths<T, Split>, ChangeKind>
+>;
+
 export interface DiffDecision {
   changes: boolean;
   replaces: string[];

@@ -30,6 +30,7 @@ export const URL_INPUT_PATHS = [
   "readiness.probeUrl",
   "egressCheck.url",
   "apiEndpoint",
+  "url",
 ] as const;
 
 /** Outputs computed from secret inputs under a name of their own. */

@@ -3,9 +3,10 @@
  * machine, disk, firmware, network, cloud-init) replaces; how we reach the
  * host (credentials), readiness and timeouts update in place.
  */
-import type { ChangeTable } from "../common/diff";
+import type { ChangeTableOf } from "../common/diff";
+import type { KvmProxyInputs } from "./schema";
 
-export const KVM_CHANGE_TABLE: ChangeTable = {
+export const KVM_CHANGE_TABLE: ChangeTableOf<KvmProxyInputs, "connection"> = {
   "connection.host": "replace",
   "connection.port": "replace",
   "connection.user": "update",

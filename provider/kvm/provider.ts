@@ -14,19 +14,21 @@ import { checkWithAutonaming, plainJson as plain } from "../common/check";
 import { decideDiff } from "../common/diff";
 import { EgressProxyError, errorClassOf, PermanentError, TransientError } from "../common/errors";
 import type { CheckFailure } from "../common/inputs";
+import { createMark, type MarkReading, type OwnershipMark } from "../common/mark";
 import {
-  createMark,
-  describeOwner,
-  ownershipOf,
-  type MarkReading,
-  type OwnershipMark,
-} from "../common/mark";
+  carriedOutputs,
+  checkedInputs as checkedInputsOf,
+  continueCreate,
+  deadlineFor,
+  type DeleteOutcome,
+  earlier,
+  inputsOnly,
+  outputsOnly,
+  requireOurs as requireOursOf,
+  stepsWithin,
+} from "../common/lifecycle";
 import { logToEngine } from "../common/engine-log";
-import {
-  CREATE_INCOMPLETE_KEY,
-  isIncompleteCreate,
-  PartialCreateError,
-} from "../common/partial-create";
+import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
 import { fetchThroughProxy } from "../common/proxy-probe";
 import { waitForTcpPort } from "../common/readiness";
@@ -127,8 +129,10 @@ export async function diff(
  */
 export async function create(raw: Props): Promise<{ id: string; outs: Props }> {
   const inputs = checkedInputs(raw);
-  const deadline = Deadline.afterSeconds(inputs.timeouts.createSeconds, "timeouts.createSeconds");
-  const session = await openHost(inputs, deadline);
+  const deadline = deadlineFor(inputs.timeouts, "create");
+  const session = await stepsWithin(deadline, progressLog)("connect", () =>
+    openHost(inputs, deadline),
+  );
   await assertHostReady(session.host, inputs); // pool, network, firmware, domain type: fail before making anything
   const id = kvmResourceId(session.label, inputs.vmName);
   const record = (parts: RecordedParts, state: VmState, error: unknown): PartialCreateError =>
@@ -337,10 +341,7 @@ async function waitForReadiness(
   createDeadline: Deadline,
 ): Promise<string | null> {
   if (inputs.readiness.mode === "none") return null;
-  const deadline = earlier(
-    createDeadline,
-    Deadline.afterSeconds(inputs.timeouts.readySeconds, "timeouts.readySeconds"),
-  );
+  const deadline = earlier(createDeadline, deadlineFor(inputs.timeouts, "ready"));
   const mac = macAddressFor(inputs.vmName);
   let ip: string | undefined;
   while (ip === undefined) {
@@ -395,13 +396,21 @@ async function waitForProxyProbe(
  */
 export async function read(id: string, props: Props): Promise<pulumi.dynamic.ReadResult> {
   const target = hostTargetOf(props);
-  const { host: idHost, vmName } = parseKvmResourceId(id);
+  parseKvmResourceId(id); // a malformed id is refused before any connection
   // `.get` passes the user's arguments only: no output of ours has been recorded yet.
   const adopting = props.createdAt === undefined;
-  const deadline = Deadline.afterSeconds(
-    Math.min(target.readySeconds, 120),
-    "timeouts.readySeconds",
-  );
+  const deadline = deadlineFor(target.timeouts, "read");
+  return stepsWithin(deadline)("read", () => readWithin(id, props, target, adopting, deadline));
+}
+
+async function readWithin(
+  id: string,
+  props: Props,
+  target: HostTarget,
+  adopting: boolean,
+  deadline: Deadline,
+): Promise<pulumi.dynamic.ReadResult> {
+  const { host: idHost, vmName } = parseKvmResourceId(id);
   const session = await openHost(target, deadline);
   if (adopting && idHost !== session.label)
     throw new PermanentError(
@@ -422,8 +431,8 @@ export async function read(id: string, props: Props): Promise<pulumi.dynamic.Rea
   const mac = description.mac ?? macAddressFor(description.name);
   const ip = await currentAddress(session.host, handle, state, mac, props.ip);
   const outputs: Props = {
-    ...observedInputs(stripOutputs(props), { description, diskBytes }),
-    ...pickOutputs(props),
+    ...observedInputs(inputsOnly(props, OUTPUT_KEYS), { description, diskBytes }),
+    ...outputsOnly(props, OUTPUT_KEYS),
     host: session.label,
     state,
     mac,
@@ -435,7 +444,7 @@ export async function read(id: string, props: Props): Promise<pulumi.dynamic.Rea
   return {
     id: kvmResourceId(session.label, description.name),
     props: plain(outputs),
-    inputs: plain(stripOutputs(outputs)),
+    inputs: plain(inputsOnly(outputs, OUTPUT_KEYS)),
   };
 }
 
@@ -496,34 +505,8 @@ async function perVmVolumesRemain(
  * same id).
  */
 export async function update(id: string, olds: Props, news: Props): Promise<{ outs: Props }> {
-  if (isIncompleteCreate(olds)) return continueCreate(id, news);
-  const inputs = checkedInputs(news);
-  const previous = olds as unknown as KvmProxyOutputs;
-  return {
-    outs: plain({
-      ...inputs,
-      host: previous.host,
-      ip: previous.ip,
-      mac: previous.mac,
-      state: previous.state,
-      endpoint: previous.ip ? endpointOf(previous.ip, inputs) : null,
-      imageVolume: previous.imageVolume,
-      seedSha256: previous.seedSha256,
-      createdAt: previous.createdAt,
-      libvirtUuid: previous.libvirtUuid,
-      egressIp: previous.egressIp ?? null,
-      checkedAt: previous.checkedAt ?? null,
-    }),
-  };
-}
-
-async function continueCreate(id: string, news: Props): Promise<{ outs: Props }> {
-  const created = await create(news);
-  if (created.id !== id)
-    throw new PermanentError(
-      `continuing the create of ${id} reached ${created.id}; run pulumi refresh, then up again`,
-    );
-  return { outs: created.outs };
+  if (isIncompleteCreate(olds)) return continueCreate(id, news, create);
+  return { outs: carriedOutputs(olds, checkedInputs(news), CARRIED_KEYS) };
 }
 
 /**
@@ -532,10 +515,25 @@ async function continueCreate(id: string, news: Props): Promise<{ outs: Props }>
  * name implies, so they go even when the domain was already gone (a create
  * that died before define). The shared base image is never among them.
  */
-export async function remove(id: string, props: Props): Promise<void> {
+export async function remove(id: string, props: Props): Promise<DeleteOutcome> {
   const target = hostTargetOf(props);
   const { vmName } = parseKvmResourceId(id);
-  const deadline = Deadline.afterSeconds(target.deleteSeconds, "timeouts.deleteSeconds");
+  const deadline = deadlineFor(target.timeouts, "delete");
+  const progress = { removed: false };
+  await stepsWithin(deadline, progressLog)(`delete ${vmName}`, () =>
+    removeWithin(target, props, vmName, deadline, progress),
+  );
+  return progress.removed ? "removed" : "already gone";
+}
+
+/** Delete's one step, safe to repeat: everything it removes may already be gone. */
+async function removeWithin(
+  target: HostTarget,
+  props: Props,
+  vmName: string,
+  deadline: Deadline,
+  progress: { removed: boolean },
+): Promise<void> {
   const session = await openHost(target, deadline);
   const { host } = session;
   const volumes = [
@@ -545,36 +543,46 @@ export async function remove(id: string, props: Props): Promise<void> {
   const handle = await findDomainOf(host, props, vmName);
   if (handle !== undefined) {
     const description = parseDomainXml(await host.definedXml(handle));
-    requireOurs(description.mark, target, `domain ${description.name} on ${session.label}`);
+    const what = `domain ${description.name} on ${session.label}`;
+    requireSameVm(requireOurs(description.mark, target, what), props, what);
     volumes.push(...description.volumes.filter((v) => vmNameOfVolume(v.volume) !== undefined));
     await host.destroyDomain(handle);
     await host.undefineDomain(handle);
+    progress.removed = true;
   }
   const done = new Set<string>();
   for (const { pool: poolName, volume } of volumes) {
     if (done.has(`${poolName}/${volume}`)) continue;
     done.add(`${poolName}/${volume}`);
     const pool = await host.findPool(poolName);
-    if (pool !== undefined) await host.deleteVolumeNamed(pool, volume); // no pool: nothing left there
+    // No pool: nothing is left there.
+    if (pool !== undefined && (await host.deleteVolumeNamed(pool, volume))) progress.removed = true;
   }
+}
+
+/**
+ * A recorded creation time must match the mark: a domain of this stack made
+ * since (same name, found by name) is another VM, and so are its volumes.
+ * The reaper relies on this to delete only the domain it listed.
+ */
+function requireSameVm(mark: OwnershipMark, props: Props, what: string): void {
+  const recorded = props.createdAt;
+  if (typeof recorded === "string" && recorded !== "" && recorded !== mark.createdAt)
+    throw new PermanentError(
+      `${what} was made at ${mark.createdAt}, but this record is of one made at ${recorded}: it is another VM of this stack; left alone (run pulumi refresh)`,
+    );
 }
 
 // ---- helpers ------------------------------------------------------------------------------------------
 
 function checkedInputs(raw: Props): KvmProxyInputs {
-  const result = validateKvmInputs(stripOutputs(raw));
-  if (!result.ok) {
-    const reasons = result.failures.map((failure) => failure.reason).join("; ");
-    throw new PermanentError(
-      `invalid KvmProxy inputs: ${reasons || "unknown values where known ones are needed"}`,
-    );
-  }
+  const inputs = checkedInputsOf("KvmProxy", raw, validateKvmInputs, OUTPUT_KEYS);
   const vmName = typeof raw.vmName === "string" ? raw.vmName : undefined;
   if (vmName === undefined)
     throw new PermanentError(
       "vmName is missing; check fills it, so this state was not written by KvmProxy",
     );
-  return { ...result.inputs, vmName };
+  return { ...inputs, vmName };
 }
 
 /**
@@ -583,6 +591,8 @@ function checkedInputs(raw: Props): KvmProxyInputs {
  * refreshed state may hold what the host reported (a fractional size, a NIC
  * kind KvmProxy does not create), and `.get` passes only what the user gave.
  */
+type HostTarget = ReturnType<typeof hostTargetOf>;
+
 function hostTargetOf(props: Props) {
   const field = <K extends keyof typeof kvmProxyInputsSchema.shape>(key: K) => {
     const parsed = kvmProxyInputsSchema.shape[key].safeParse(props[key]);
@@ -598,16 +608,12 @@ function hostTargetOf(props: Props) {
     pool: field("pool"),
     owner,
     readiness: field("readiness"),
-    readySeconds: timeouts.readySeconds,
-    deleteSeconds: timeouts.deleteSeconds,
+    timeouts,
   };
 }
 
-function pickOutputs(props: Props): Props {
-  return Object.fromEntries(Object.entries(props).filter(([key]) => OUTPUT_KEYS.includes(key)));
-}
-
-const OUTPUT_KEYS = [
+/** What only the host knows; update carries these unchanged (names frozen: they are state keys). */
+const CARRIED_KEYS = [
   "host",
   "ip",
   "mac",
@@ -617,45 +623,30 @@ const OUTPUT_KEYS = [
   "seedSha256",
   "createdAt",
   "libvirtUuid",
-  CREATE_INCOMPLETE_KEY,
   "egressIp",
   "checkedAt",
-];
-function stripOutputs(raw: Props): Props {
-  const inputs: Props = {};
-  for (const [key, value] of Object.entries(raw))
-    if (!OUTPUT_KEYS.includes(key) && key !== "__provider") inputs[key] = value;
-  return inputs;
-}
+] as const satisfies readonly (keyof KvmProxyOutputs)[];
+const OUTPUT_KEYS: readonly string[] = CARRIED_KEYS;
+/** The output keys the resource class declares. */
+export const KVM_OUTPUT_KEYS = OUTPUT_KEYS;
 
-/**
- * Read, delete, `.get` and a resumed create act only on a domain that carries
- * this stack's mark. `adopting` (`.get`) words the fix for adoption.
- */
+/** Read, delete, `.get` and a resumed create act only on a domain that carries this stack's mark. */
 function requireOurs(
   reading: MarkReading,
   inputs: Pick<KvmProxyInputs, "owner">,
-  what: string,
+  subject: string,
   adopting = false,
 ): OwnershipMark {
-  switch (ownershipOf(reading, inputs.owner)) {
-    case "ours":
-      return (reading as { mark: OwnershipMark }).mark;
-    case "foreign":
-      throw new PermanentError(
-        `${what} belongs to ${describeOwner((reading as { mark: OwnershipMark }).mark.owner)}, not to ${inputs.owner.project}/${inputs.owner.stack}; ${adopting ? "only the stack that owns it can adopt it with KvmProxy.get" : "choose another vmName or remove it from that stack"}`,
-      );
-    case "unmarked":
-      throw new PermanentError(
-        adopting
-          ? `${what} was not made by egress-proxies (no ownership mark), so KvmProxy.get cannot adopt it; create a KvmProxy instead`
-          : `${what} exists but was not made by egress-proxies (no ownership mark); choose another vmName`,
-      );
-    default:
-      throw new PermanentError(
-        `${what} carries an unreadable ownership mark (${(reading as { reason: string }).reason}); inspect it with virsh metadata before deleting by hand`,
-      );
-  }
+  return requireOursOf(reading, {
+    resource: "KvmProxy",
+    subject,
+    owner: inputs.owner,
+    adopting,
+    markPlace: "metadata",
+    fixForeign: "choose another vmName or remove it from that stack",
+    fixUnmarked: "choose another vmName",
+    inspect: "inspect it with virsh metadata before deleting by hand",
+  });
 }
 
 function seedInputOf(inputs: KvmProxyInputs) {
@@ -697,10 +688,6 @@ const endpointOf = (ip: string, inputs: KvmProxyInputs): string =>
 function uuidText(uuid: Buffer): string {
   const hex = uuid.toString("hex");
   return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
-}
-
-function earlier(a: Deadline, b: Deadline): Deadline {
-  return a.at <= b.at ? a : b;
 }
 
 function toError(error: unknown): Error {

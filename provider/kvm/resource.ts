@@ -1,5 +1,5 @@
 import * as pulumi from "@pulumi/pulumi";
-import { secretOutputNames, withSecretInputs } from "../common/secrets";
+import { resourceOptions, resourceProps } from "../common/resource-props";
 import * as implementation from "./provider";
 import { kvmProxyInputsSchema } from "./schema";
 
@@ -21,7 +21,9 @@ const kvmProvider: pulumi.dynamic.ResourceProvider = {
   create: (inputs) => implementation.create(inputs),
   read: (id, props) => implementation.read(id, props),
   update: (id, olds, news) => implementation.update(id, olds, news),
-  delete: (id, props) => implementation.remove(id, props),
+  delete: async (id, props) => {
+    await implementation.remove(id, props);
+  },
 };
 
 /** How to reach the hypervisor over SSH, in the shape @pulumi/command uses. */
@@ -106,9 +108,6 @@ export interface KvmProxyArgs {
   }>;
 }
 
-/** Outputs that hold a secret input or derive from one (provider/common/secrets.ts decides). */
-const SECRET_OUTPUTS = secretOutputNames(Object.keys(kvmProxyInputsSchema.shape));
-
 /** One egress proxy VM on a libvirt/KVM host, reached over SSH or the local libvirt socket. */
 export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly vmName: pulumi.Output<string>;
@@ -152,26 +151,8 @@ export class KvmProxy extends pulumi.dynamic.Resource {
     super(
       kvmProvider,
       name,
-      {
-        ...withSecretInputs(args),
-        owner: { project: pulumi.getProject(), stack: pulumi.getStack(), resource: name },
-        vmName: args.vmName,
-        host: undefined,
-        ip: undefined,
-        mac: undefined,
-        state: undefined,
-        endpoint: undefined,
-        imageVolume: undefined,
-        seedSha256: undefined,
-        createdAt: undefined,
-        libvirtUuid: undefined,
-        egressIp: undefined,
-        checkedAt: undefined,
-      },
-      {
-        ...opts,
-        additionalSecretOutputs: [...(opts.additionalSecretOutputs ?? []), ...SECRET_OUTPUTS],
-      },
+      resourceProps(name, args, implementation.KVM_OUTPUT_KEYS),
+      resourceOptions(opts, Object.keys(kvmProxyInputsSchema.shape)),
       // FROZEN: type token pulumi-nodejs:dynamic/egress-proxies:KvmProxy; a rename replaces every VM.
       "egress-proxies",
       "KvmProxy",

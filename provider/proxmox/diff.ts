@@ -1,4 +1,4 @@
-import { ChangeTable, decideDiff, DiffDecision } from "../common/diff";
+import { decideDiff, type ChangeTableOf, type DiffDecision } from "../common/diff";
 import { ProxmoxProxyInputs } from "./schema";
 
 export type { DiffDecision };
@@ -9,8 +9,7 @@ export type { DiffDecision };
  * from, its size, network and cloud-init) replaces; how we reach the API,
  * tags, readiness and timeouts update in place.
  */
-export const PROXMOX_CHANGE_TABLE: ChangeTable &
-  Record<Exclude<keyof ProxmoxProxyInputs, "vmNameChosenBy">, "replace" | "update"> = {
+export const PROXMOX_CHANGE_TABLE: ChangeTableOf<ProxmoxProxyInputs> = {
   apiEndpoint: "replace",
   node: "replace",
   templateVmid: "replace",

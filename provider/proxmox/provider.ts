@@ -1,16 +1,20 @@
-import { Deadline, retryWithBackoff } from "../common/deadline";
+import { Deadline } from "../common/deadline";
 import { checkWithAutonaming, plainJson as plain } from "../common/check";
 import { sameValue } from "../common/diff";
-import { containsUnknown } from "../common/inputs";
-import { isNotFound, isTransient, PermanentError, withContext } from "../common/errors";
+import { containsUnknown, readinessSchema, timeoutsSchema } from "../common/inputs";
+import { isNotFound, PermanentError, withContext } from "../common/errors";
+import { createMark, MARK_TAG, ownershipOf, OwnerIdentity, OwnershipMark } from "../common/mark";
 import {
-  createMark,
-  describeOwner,
-  MARK_TAG,
-  ownershipOf,
-  OwnerIdentity,
-  OwnershipMark,
-} from "../common/mark";
+  carriedOutputs,
+  checkedInputs as checkedInputsOf,
+  continueCreate as continueCreateOf,
+  deadlineFor,
+  recordingPartialCreate,
+  type DeleteOutcome,
+  requireOurs as requireOursOf,
+  stepsWithin as stepRunner,
+  type Timeouts,
+} from "../common/lifecycle";
 import { logToEngine } from "../common/engine-log";
 import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
@@ -111,14 +115,7 @@ export async function diff(_id: string, olds: Props, news: Props): Promise<DiffD
  * `up` continues it through update, `destroy` removes it with its seed).
  */
 export async function create(inputs: Props): Promise<{ id: string; outs: ProxmoxProxyOutputs }> {
-  try {
-    return await createSteps(inputs);
-  } catch (error) {
-    // The record must carry the serialized provider, or Pulumi could never delete it.
-    throw error instanceof PartialCreateError
-      ? new PartialCreateError(error.id, error.properties, error.cause as Error, inputs)
-      : error;
-  }
+  return recordingPartialCreate(inputs, () => createSteps(inputs));
 }
 
 async function createSteps(
@@ -128,7 +125,7 @@ async function createSteps(
 ): Promise<{ id: string; outs: ProxmoxProxyOutputs }> {
   const spec = checkedInputs(inputs);
   const client = clientFor(spec);
-  const deadline = Deadline.afterSeconds(spec.timeouts.createSeconds, "timeouts.createSeconds");
+  const deadline = deadlineFor(spec.timeouts, "create");
   const where = `VM ${spec.vmName} on node ${spec.node}`;
   const step = stepsWithin(deadline, spec.vmName);
   const vm = await step("clone", () => ensureVm(client, spec, deadline, pinned)).catch((error) =>
@@ -334,30 +331,16 @@ function requireOurs(
   owner: Pick<OwnerIdentity, "project" | "stack">,
   adopting = false,
 ): OwnershipMark {
-  const reading = markOfConfig(config);
-  const subject = `VM ${ref.vmid} (${JSON.stringify(config.name ?? "")}) on node ${ref.node}`;
-  switch (ownershipOf(reading, owner)) {
-    case "ours":
-      if (reading.kind === "marked") return reading.mark;
-      break;
-    case "foreign":
-      if (reading.kind === "marked")
-        throw new PermanentError(
-          `${subject} belongs to ${describeOwner(reading.mark.owner)}, not to ${owner.project}/${owner.stack}; ${adopting ? "only the stack that owns it can adopt it with ProxmoxProxy.get" : "choose another vmName"}`,
-        );
-      break;
-    case "unmarked":
-      throw new PermanentError(
-        adopting
-          ? `${subject} has no egress-proxies mark in its description: it was not made by this package, so ProxmoxProxy.get cannot adopt it; create a ProxmoxProxy instead`
-          : `${subject} has the name ${vmName} but no egress-proxies mark in its description: it was not made by this package; choose another vmName or remove that VM`,
-      );
-    case "corrupt":
-      throw new PermanentError(
-        `${subject} carries an unreadable egress-proxies mark (${reading.kind === "corrupt" ? reading.reason : "?"}); inspect its description`,
-      );
-  }
-  throw new PermanentError(`${subject}: ownership could not be established`);
+  return requireOursOf(markOfConfig(config), {
+    resource: "ProxmoxProxy",
+    subject: `VM ${ref.vmid} (${JSON.stringify(config.name ?? "")}) on node ${ref.node}`,
+    owner,
+    adopting,
+    markPlace: "description",
+    fixForeign: "choose another vmName",
+    fixUnmarked: `the name ${vmName} is taken; choose another vmName or remove that VM`,
+    inspect: "inspect its description in the PVE web UI before deleting by hand",
+  });
 }
 
 /** Flow step 4: one config write (ide2, cores, memory, net0, tags, description). */
@@ -437,7 +420,7 @@ async function becomeReady(
   outs: ProxmoxProxyOutputs,
 ): Promise<ProxmoxProxyOutputs> {
   if (spec.readiness.mode === "none") return outs;
-  const deadline = Deadline.afterSeconds(spec.timeouts.readySeconds, "timeouts.readySeconds");
+  const deadline = deadlineFor(spec.timeouts, "ready");
   if (outs.mac === null)
     throw new PermanentError(`VM ${ref.vmid} has no usable net0 to read its address from`);
   progress(spec.vmName, "waiting for the guest agent to report the address");
@@ -473,7 +456,8 @@ export async function read(
 ): Promise<{ id?: string; props: Props; inputs?: Props }> {
   const ref = parseResourceId(id);
   const client = clientFor(props as ConnectionInputs);
-  const deadline = new Deadline(60_000, "the 60 s refresh budget");
+  const settings = settingsOf(props);
+  const deadline = deadlineFor(settings.timeouts, "read");
   const step = stepsWithin(deadline);
   const status = await step("read status", () => getStatus(client, ref, deadline)).catch(
     notFoundAsUndefined,
@@ -492,7 +476,7 @@ export async function read(
   if (mark === undefined) return { props: {} };
   const mac = macOf(config) ?? null;
   const ip = await freshAddress(client, ref, status, mac, props.ip);
-  const port = (props.readiness as { port?: number } | undefined)?.port ?? 3128;
+  const port = settings.readiness.port;
   const outputs: Props = {
     ...observedInputs(props, config, adopting),
     node: ref.node,
@@ -577,12 +561,13 @@ function ownerFromMark(config: Record<string, string | undefined>, ref: VmRef): 
  * VMID state records.
  */
 export async function update(id: string, olds: Props, news: Props): Promise<{ outs: Props }> {
-  if (isIncompleteCreate(olds)) return continueCreate(id, news);
+  if (isIncompleteCreate(olds))
+    return continueCreateOf(id, news, (inputs) => createSteps(inputs, parseResourceId(id)));
   const spec = checkedInputs(news);
   if (!sameValue(olds.tags, spec.tags)) {
     const ref = parseResourceId(id);
     const client = clientFor(spec);
-    const deadline = Deadline.afterSeconds(spec.timeouts.createSeconds, "timeouts.createSeconds");
+    const deadline = deadlineFor(spec.timeouts, "create");
     const tags = { tags: tagsValue([MARK_TAG, ...spec.tags]) };
     await stepsWithin(deadline, spec.vmName)("write tags", () =>
       writeConfig(client, ref, tags, deadline),
@@ -593,35 +578,23 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
       });
     });
   }
-  const carried = pick(olds, [
-    "vmid",
-    "host",
-    "ip",
-    "mac",
-    "state",
-    "endpoint",
-    "seedVolume",
-    "seedSha256",
-    "createdAt",
-    "egressIp",
-    "checkedAt",
-  ]);
-  const port = spec.readiness.port;
-  const endpoint =
-    typeof carried.ip === "string" ? `http://${carried.ip}:${port}` : (carried.endpoint ?? null);
-  return { outs: plain({ ...carried, ...spec, endpoint }) };
+  return { outs: carriedOutputs(olds, spec, CARRIED_KEYS) };
 }
 
-async function continueCreate(id: string, news: Props): Promise<{ outs: Props }> {
-  try {
-    const { outs } = await createSteps(news, parseResourceId(id));
-    return { outs: plain({ ...outs }) };
-  } catch (error) {
-    throw error instanceof PartialCreateError
-      ? new PartialCreateError(id, error.properties, error.cause as Error, news)
-      : error;
-  }
-}
+/** What only PVE knows; update carries these unchanged (names frozen: they are state keys). */
+const CARRIED_KEYS = [
+  "vmid",
+  "host",
+  "ip",
+  "mac",
+  "state",
+  "endpoint",
+  "seedVolume",
+  "seedSha256",
+  "createdAt",
+  "egressIp",
+  "checkedAt",
+] as const satisfies readonly (keyof ProxmoxProxyOutputs)[];
 
 // ---------------------------------------------------------------- delete
 
@@ -630,21 +603,24 @@ async function continueCreate(id: string, news: Props): Promise<{ outs: Props }>
  * purge and destroy unreferenced disks, then the seed (an imgdel task, waited
  * for). Idempotent: a VM already gone still gets its seed removed.
  */
-export async function deleteProxy(id: string, props: Props): Promise<void> {
+export async function deleteProxy(id: string, props: Props): Promise<DeleteOutcome> {
   const ref = parseResourceId(id);
   const client = clientFor(props as ConnectionInputs);
-  const timeouts = props.timeouts as { deleteSeconds?: number } | undefined;
-  const deadline = Deadline.afterSeconds(timeouts?.deleteSeconds ?? 300, "timeouts.deleteSeconds");
+  const deadline = deadlineFor(settingsOf(props).timeouts, "delete");
   const vmName = String(props.vmName);
   try {
     const step = stepsWithin(deadline, vmName);
-    await step("remove VM", () => removeVm(client, ref, vmName, props, deadline));
+    let removed = false;
+    await step("remove VM", async () => {
+      removed = (await removeVm(client, ref, vmName, props, deadline)) || removed;
+    });
     const seedVolume =
       typeof props.seedVolume === "string"
         ? props.seedVolume
         : seedVolumeId(String(props.seedStorage), vmName);
     progress(vmName, `removing the seed ${seedVolume}`);
     await step("remove seed", () => deleteSeed(client, ref.node, seedVolume, deadline));
+    return removed ? "removed" : "already gone";
   } catch (error) {
     throw withContext(error, {
       operation: "delete",
@@ -659,57 +635,60 @@ async function removeVm(
   vmName: string,
   props: Props,
   deadline: Deadline,
-): Promise<void> {
+): Promise<boolean> {
   let status = await getStatus(client, ref, deadline).catch(notFoundAsUndefined);
-  if (status === undefined) return;
+  if (status === undefined) return false;
   if (status.lock !== undefined && status.lock !== "") {
     status = await waitUntilUnlocked(client, ref, deadline).catch(notFoundAsUndefined);
-    if (status === undefined) return;
+    if (status === undefined) return false;
   }
   const config = await getConfig(client, ref, deadline).catch(notFoundAsUndefined);
-  if (config === undefined) return;
+  if (config === undefined) return false;
   // Ours is already gone when the VMID holds another VM; never touch theirs.
-  if (ourVmAt(config, ref, { ...props, vmName }, false) === undefined) return;
+  if (ourVmAt(config, ref, { ...props, vmName }, false) === undefined) return false;
   if (status.status === "running") {
     progress(vmName, `stopping VMID ${ref.vmid}`);
     await stopVm(client, ref, deadline);
   }
   progress(vmName, `destroying VMID ${ref.vmid}`);
   await destroyVm(client, ref, deadline).catch(ignoreNotFound);
+  return true;
 }
 
 // ---------------------------------------------------------------- helpers
 
-/**
- * Runs the steps of one story: each retries Transient failures (5xx, lock
- * timeouts, a busy daemon) with backoff until the shared deadline, and says so
- * in the progress output when a VM name is given.
- */
+/** The shared step runner (common/lifecycle.ts), its retries shown in the progress output. */
 function stepsWithin(deadline: Deadline, vmName?: string) {
-  return <T>(what: string, attempt: () => Promise<T>): Promise<T> =>
-    retryWithBackoff(
-      what,
-      deadline,
-      {
-        initialDelayMs: 200,
-        maxDelayMs: 5000,
-        retryable: isTransient,
-        onRetry: (error) => {
-          if (vmName === undefined) return;
-          const detail = error instanceof Error ? error.message : String(error);
-          progress(vmName, `${what}: ${detail}; retrying`);
-        },
-      },
-      attempt,
-    );
+  return stepRunner(
+    deadline,
+    vmName === undefined ? undefined : (message) => progress(vmName, message),
+  );
+}
+
+/**
+ * What read and delete need beyond the connection: the timeouts and the
+ * readiness port, with their defaults. Lenient on purpose (refreshed state,
+ * `.get`'s arguments): a missing or unreadable setting takes its default.
+ */
+function settingsOf(props: Props): { timeouts: Timeouts; readiness: { port: number } } {
+  const timeouts = timeoutsSchema.safeParse(props.timeouts ?? {});
+  const port = readinessSchema.shape.port.safeParse(
+    (props.readiness as { port?: unknown } | undefined)?.port,
+  );
+  return {
+    timeouts: timeouts.success ? timeouts.data : timeoutsSchema.parse({}),
+    readiness: { port: port.success ? port.data : readinessSchema.shape.port.parse(undefined) },
+  };
 }
 
 function checkedInputs(inputs: Props): ProxmoxProxyInputs {
-  const result = validateInputs(inputs);
-  if (result.ok) return { ...result.inputs, tags: normalizeTags(result.inputs.tags) };
-  const reasons = result.failures.map((failure) => failure.reason).join("; ");
-  throw new PermanentError(`invalid inputs: ${reasons || "some inputs are still unknown"}`);
+  const checked = checkedInputsOf("ProxmoxProxy", inputs, validateInputs, OUTPUT_KEYS);
+  return { ...checked, tags: normalizeTags(checked.tags) };
 }
+
+const OUTPUT_KEYS: readonly string[] = CARRIED_KEYS;
+/** The output keys the resource class declares. */
+export const PROXMOX_OUTPUT_KEYS = OUTPUT_KEYS;
 
 function clientFor(inputs: ConnectionInputs): ProxmoxClient {
   return new ProxmoxClient(resolveConnection(inputs));

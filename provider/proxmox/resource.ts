@@ -1,5 +1,5 @@
 import * as pulumi from "@pulumi/pulumi";
-import { secretOutputNames, withSecretInputs } from "../common/secrets";
+import { resourceOptions, resourceProps } from "../common/resource-props";
 import * as implementation from "./provider";
 import { proxmoxProxyInputsSchema } from "./schema";
 
@@ -21,7 +21,9 @@ const proxmoxProvider: pulumi.dynamic.ResourceProvider = {
   create: (inputs) => implementation.create(inputs),
   read: (id, props) => implementation.read(id, props) as Promise<pulumi.dynamic.ReadResult>,
   update: (id, olds, news) => implementation.update(id, olds, news),
-  delete: (id, props) => implementation.deleteProxy(id, props),
+  delete: async (id, props) => {
+    await implementation.deleteProxy(id, props);
+  },
 };
 
 export interface ProxmoxProxyArgs {
@@ -84,9 +86,6 @@ export interface ProxmoxProxyArgs {
   }>;
 }
 
-/** Outputs that hold a secret input or derive from one (provider/common/secrets.ts decides). */
-const SECRET_OUTPUTS = secretOutputNames(Object.keys(proxmoxProxyInputsSchema.shape));
-
 /** One egress proxy VM on a Proxmox VE node, cloned from a template through the REST API. */
 export class ProxmoxProxy extends pulumi.dynamic.Resource {
   declare readonly vmName: pulumi.Output<string>;
@@ -127,26 +126,8 @@ export class ProxmoxProxy extends pulumi.dynamic.Resource {
     super(
       proxmoxProvider,
       name,
-      {
-        ...withSecretInputs(args),
-        owner: { project: pulumi.getProject(), stack: pulumi.getStack(), resource: name },
-        vmName: args.vmName,
-        vmid: undefined,
-        host: undefined,
-        ip: undefined,
-        mac: undefined,
-        state: undefined,
-        endpoint: undefined,
-        seedVolume: undefined,
-        seedSha256: undefined,
-        createdAt: undefined,
-        egressIp: undefined,
-        checkedAt: undefined,
-      },
-      {
-        ...opts,
-        additionalSecretOutputs: [...(opts.additionalSecretOutputs ?? []), ...SECRET_OUTPUTS],
-      },
+      resourceProps(name, args, implementation.PROXMOX_OUTPUT_KEYS),
+      resourceOptions(opts, Object.keys(proxmoxProxyInputsSchema.shape)),
       // FROZEN: type token pulumi-nodejs:dynamic/egress-proxies:ProxmoxProxy; a rename replaces every VM.
       "egress-proxies",
       "ProxmoxProxy",

@@ -70,7 +70,7 @@ describe("examples compile against the packed package", function () {
   });
   after(() => project?.remove());
 
-  it("lists the five examples the issue asks for, and adoption's", () => {
+  it("lists the five examples the issue asks for, adoption's and static proxies'", () => {
     assert.deepEqual(examples.sort(), [
       "adopt",
       "consumer-stack",
@@ -78,6 +78,7 @@ describe("examples compile against the packed package", function () {
       "mixed-kubernetes",
       "proxmox",
       "stack-reference",
+      "static-proxies",
     ]);
   });
 

@@ -35,6 +35,8 @@ interface FrozenResource {
   args: Record<string, unknown>;
   /** Declared outputs that old state carries and later code reads back. */
   stateKeys: readonly string[];
+  /** Whether check names a VM (vmName / vmNameChosenBy in state); a static proxy has no VM. */
+  namesVm: boolean;
 }
 
 /** The frozen list. A new dynamic resource adds its row here and in docs/frozen-api.md. */
@@ -48,6 +50,7 @@ const FROZEN_RESOURCES: Record<string, FrozenResource> = {
       connection: { host: "kvm.invalid" },
     },
     stateKeys: ["vmName", "libvirtUuid"],
+    namesVm: true,
   },
   ProxmoxProxy: {
     module: "dist/provider/proxmox/provider.js",
@@ -55,6 +58,15 @@ const FROZEN_RESOURCES: Record<string, FrozenResource> = {
     type: "pulumi-nodejs:dynamic/egress-proxies:ProxmoxProxy",
     args: { node: "pve", apiEndpoint: "https://pve.invalid:8006" },
     stateKeys: ["vmName", "vmid"],
+    namesVm: true,
+  },
+  StaticProxy: {
+    module: "dist/provider/static/provider.js",
+    exports: ["check", "diff", "create", "read", "update", "remove"],
+    type: "pulumi-nodejs:dynamic/egress-proxies:StaticProxy",
+    args: { url: "http://proxy.invalid:3128" },
+    stateKeys: ["endpoint", "state"],
+    namesVm: false,
   },
 };
 
@@ -129,22 +141,23 @@ describe("frozen API: what existing state and VMs depend on (docs/frozen-api.md)
         assert.deepEqual(requires[0].calls, [...frozen.exports].sort());
       });
 
-      it("check reuses a generated name that old state records under vmName and vmNameChosenBy", async () => {
-        const captured = captureResourceInputs(project, name, "frozen", frozen.args);
-        const module = load(join(installed, frozen.module)) as {
-          check(olds: object, news: object): Promise<{ inputs: Record<string, unknown> }>;
-        };
-        // Old state: checked inputs (defaults filled) with a name an earlier version generated.
-        const first = await module.check({}, captured.inputs);
-        const olds = {
-          ...first.inputs,
-          vmName: "frozen-abcdefghij",
-          vmNameChosenBy: "provider",
-        };
-        const { inputs } = await module.check(olds, captured.inputs);
-        assert.equal(inputs.vmName, "frozen-abcdefghij");
-        assert.equal(inputs.vmNameChosenBy, "provider");
-      });
+      if (frozen.namesVm)
+        it("check reuses a generated name that old state records under vmName and vmNameChosenBy", async () => {
+          const captured = captureResourceInputs(project, name, "frozen", frozen.args);
+          const module = load(join(installed, frozen.module)) as {
+            check(olds: object, news: object): Promise<{ inputs: Record<string, unknown> }>;
+          };
+          // Old state: checked inputs (defaults filled) with a name an earlier version generated.
+          const first = await module.check({}, captured.inputs);
+          const olds = {
+            ...first.inputs,
+            vmName: "frozen-abcdefghij",
+            vmNameChosenBy: "provider",
+          };
+          const { inputs } = await module.check(olds, captured.inputs);
+          assert.equal(inputs.vmName, "frozen-abcdefghij");
+          assert.equal(inputs.vmNameChosenBy, "provider");
+        });
 
       it(`declares the outputs old state carries: ${frozen.stateKeys.join(", ")}`, () => {
         const resourceTypes = readFileSync(

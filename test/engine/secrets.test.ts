@@ -107,6 +107,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
         "userData",
         "vendorData",
       ]);
+      // egressCheck may hold proxyAuth.password, so the whole output is secret.
       assert.deepEqual(registration.additionalSecretOutputs.sort(), [
         "connection",
         "egressCheck",

@@ -176,6 +176,7 @@ describe("lab: egress-proxies doctor on a stock Debian host", function () {
     const dir = mkdtempSync(join(tmpdir(), "doctor-config-"));
     try {
       const file = join(dir, "config.json");
+      // A whole config, as the root program's own check wants it (count included).
       const pool = {
         count: 2,
         backends: [

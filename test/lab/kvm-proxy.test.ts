@@ -57,7 +57,7 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
     kvm.setProgressLog((line) => progress.push(line));
   });
 
-  const cleanups: Array<() => Promise<void>> = [];
+  const cleanups: Array<() => Promise<unknown>> = [];
   const guests = new LabGuests();
   after(async () => {
     for (const cleanup of cleanups) await cleanup().catch(() => undefined);

@@ -20,6 +20,7 @@ import { kvmProxyInputsSchema } from "../../provider/kvm/schema";
 import { PROXMOX_CHANGE_TABLE } from "../../provider/proxmox/diff";
 import * as proxmox from "../../provider/proxmox/provider";
 import { proxmoxProxyInputsSchema } from "../../provider/proxmox/schema";
+import { staticProxyInputsSchema } from "../../provider/static/schema";
 
 type Props = Record<string, unknown>;
 const owner = { project: "p", stack: "s", resource: "edge" };
@@ -240,7 +241,7 @@ describe("preview with unknown inputs (check and diff, pure)", () => {
 });
 
 describe("the one secret set", () => {
-  const shapes = [kvmProxyInputsSchema, proxmoxProxyInputsSchema].map(
+  const shapes = [kvmProxyInputsSchema, proxmoxProxyInputsSchema, staticProxyInputsSchema].map(
     (schema) => schema.shape as Record<string, z.ZodType>,
   );
 
@@ -257,7 +258,7 @@ describe("the one secret set", () => {
     return schema !== undefined;
   }
 
-  it("names only inputs that exist in one of the two resources", () => {
+  it("names only inputs that exist in one of the resources", () => {
     for (const path of [...SECRET_INPUT_PATHS, ...URL_INPUT_PATHS])
       assert.ok(
         shapes.some((shape) => fieldExists(shape, path.split("."))),

@@ -55,6 +55,15 @@ async function useMocks(preview: boolean): Promise<void> {
           if (inputs.egressCheck !== undefined)
             state.egressIp = args.type.includes("Kvm") ? "203.0.113.1" : `203.0.113.${100 + index}`;
         }
+        if (args.type.includes("StaticProxy")) {
+          const url = new URL(String(inputs.url));
+          state.host = url.hostname;
+          state.port = Number(url.port);
+          state.ip = /^[\d.]+$/.test(url.hostname) ? url.hostname : null;
+          state.endpoint = `http://${url.hostname}:${url.port}`;
+          state.checkedAt = "2026-11-30T12:00:00.000Z";
+          if (inputs.egressCheck !== undefined) state.egressIp = "192.0.2.200";
+        }
         return { id: `${args.name}-id`, state };
       },
       call: (args) => args.inputs,
@@ -84,6 +93,12 @@ const PROXMOX = (name: string, extra: Record<string, unknown> = {}) => ({
   name,
   ...extra,
   proxmox: { node: name, templateVmid: 9000, diskStorage: "local-lvm", seedStorage: "local" },
+});
+
+const STATIC = (name: string, urls: string[], extra: Record<string, unknown> = {}) => ({
+  name,
+  ...extra,
+  static: { urls },
 });
 
 describe("EgressProxyPool (under Pulumi mocks)", function () {
@@ -221,6 +236,131 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     assert.ok(
       isSecretValue(secretObject.inputs.stringData),
       "the Secret's data is registered as a secret",
+    );
+  });
+
+  it("takes a static backend like the others: its URLs by index, weights, credentials secret", async () => {
+    const instance = new pool.EgressProxyPool("mixed", {
+      backends: [
+        KVM("kvm1"),
+        STATIC("shop", ["http://buyer:s3cret@203.0.113.7:3128", "http://proxy.shop.example:8080"], {
+          weight: 2,
+        }),
+      ],
+      count: 3,
+      egressCheck: { url: "http://check.example/ip" },
+    });
+    const proxies = await valueOf(instance.proxies);
+    await settle();
+    assert.deepEqual(
+      proxies.map((proxy) => [proxy.name, proxy.kind, proxy.endpoint]),
+      [
+        ["kvm1-0", "kvm", proxies[0]!.endpoint],
+        ["shop-0", "static", "http://203.0.113.7:3128"],
+        ["shop-1", "static", "http://proxy.shop.example:8080"],
+      ],
+    );
+    const statics = registered.filter((r) => r.type.includes("StaticProxy"));
+    assert.deepEqual(
+      statics.map((r) => r.type),
+      [
+        "pulumi-nodejs:dynamic/egress-proxies:StaticProxy",
+        "pulumi-nodejs:dynamic/egress-proxies:StaticProxy",
+      ],
+    );
+    assert.ok(isSecretValue(statics[0]!.inputs.url), "a URL with credentials is a secret input");
+    const first = plain(statics[0]!.inputs) as Record<string, unknown>;
+    assert.deepEqual(first.readiness, { mode: "port" });
+    // The proxy's own credentials go with the egress check, not squid's.
+    assert.deepEqual(first.egressCheck, { url: "http://check.example/ip" });
+    const endpoints = await valueOf(instance.endpoints);
+    assert.deepEqual(endpoints.slice(1), [
+      "http://203.0.113.7:3128",
+      "http://proxy.shop.example:8080",
+    ]);
+    assert.ok(endpoints.every((url) => !url.includes("s3cret")));
+    assert.equal(await isSecret(instance.endpointsWithCredentials), true);
+    assert.deepEqual((await valueOf(instance.endpointsWithCredentials)).slice(1), [
+      "http://buyer:s3cret@203.0.113.7:3128",
+      "http://proxy.shop.example:8080",
+    ]);
+    assert.deepEqual(
+      proxies.map((proxy) => proxy.egressIp),
+      ["203.0.113.1", "192.0.2.200", "192.0.2.200"],
+    );
+  });
+
+  it("refuses more proxies than a static backend lists, naming the backend and the fix", () => {
+    const fixed = pool.poolArgsProblems({
+      backends: [STATIC("shop", ["http://203.0.113.7:3128"], { count: 2 })],
+    });
+    assert.ok(
+      fixed.some((problem) =>
+        /backends\[0\]\.count is 2 but that backend has only 1 proxy; lower its count or list more/.test(
+          problem,
+        ),
+      ),
+      fixed.join("; "),
+    );
+    const weighted = pool.poolArgsProblems({
+      backends: [
+        STATIC("a", ["http://203.0.113.7:3128"]),
+        STATIC("b", ["http://203.0.113.8:3128"]),
+      ],
+      count: 3,
+    });
+    assert.ok(
+      weighted.some((problem) =>
+        /count is 3 but the backends hold at most 2 proxies/.test(problem),
+      ),
+      weighted.join("; "),
+    );
+    // With a VM backend beside them there is always room: the rest go there.
+    assert.deepEqual(
+      pool.poolArgsProblems({
+        backends: [STATIC("a", ["http://203.0.113.7:3128"], { weight: 5 }), KVM("kvm1")],
+        count: 4,
+      }),
+      [],
+    );
+  });
+
+  it("publishes static proxies in the Secret, and in the EndpointSlice only an IPv4 on the pool's port", async () => {
+    const instance = new pool.EgressProxyPool("k8s-static", {
+      backends: [
+        KVM("kvm1"),
+        STATIC("shop", [
+          "http://203.0.113.7:3128",
+          "http://proxy.shop.example:3128",
+          "http://203.0.113.9:8080",
+        ]),
+      ],
+      count: 4,
+      kubernetes: { namespace: "crawlers", name: "egress" },
+    });
+    const endpoints = await valueOf(instance.endpoints);
+    await settle();
+    const byType = (type: string) =>
+      plain(registered.find((r) => r.type === type)!.inputs) as never;
+    const secret = byType("kubernetes:core/v1:Secret") as { stringData: Record<string, string> };
+    const slice = byType("kubernetes:discovery.k8s.io/v1:EndpointSlice") as {
+      endpoints: Array<{ addresses: string[] }>;
+    };
+    assert.equal(endpoints.length, 4);
+    assert.equal(secret.stringData["proxies.txt"], endpoints.map((url) => `${url}\n`).join(""));
+    const published = JSON.parse(secret.stringData["proxies.json"]) as Array<{ url: string }>;
+    assert.deepEqual(
+      published.map((entry) => entry.url),
+      endpoints,
+    );
+    assert.deepEqual(
+      slice.endpoints.map((endpoint) => endpoint.addresses[0]),
+      [
+        ...(await valueOf(instance.proxies))
+          .filter((proxy) => proxy.kind === "kvm")
+          .map((proxy) => proxy.ip),
+        "203.0.113.7",
+      ],
     );
   });
 
@@ -362,7 +502,7 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       (error: Error) =>
         error instanceof pool.PoolArgsError &&
         /count is required/.test(error.message) &&
-        /backends\[1\] must have exactly one of kvm or proxmox \(found both\)/.test(
+        /backends\[1\] must have exactly one of kvm(, [a-z]+)* or [a-z]+ \(found kvm and proxmox\)/.test(
           error.message,
         ) &&
         /squid\.port must be/.test(error.message),

@@ -241,6 +241,45 @@ describe("root program: stack config", () => {
     }
   });
 
+  it("takes a static backend's URLs, checks each at its key without quoting it, and counts them", () => {
+    const result = poolArgsFromStackConfig({
+      pool: {
+        count: 2,
+        backends: [
+          { name: "kvm1", kvm: {} },
+          { name: "shop", static: { urls: ["http://buyer:s3cret@203.0.113.7:3128"] } },
+        ],
+      },
+    });
+    assert.ok(result.ok, result.ok ? "" : result.problems.join("; "));
+    assert.deepEqual(result.args.backends[1], {
+      name: "shop",
+      static: { urls: ["http://buyer:s3cret@203.0.113.7:3128"] },
+    });
+    const problems = problemsOf({
+      pool: {
+        backends: [
+          {
+            name: "shop",
+            count: 3,
+            static: {
+              urls: ["http://buyer:s3cret@203.0.113.7:3128", "https://u:hunter2@h:1"],
+              ip: 1,
+            },
+          },
+        ],
+      },
+    });
+    assert.deepEqual(problems, [
+      "egress-proxies:pool.backends[0].static.urls[1]: a proxy URL must start with http:// (the proxy is spoken to in plain HTTP; CONNECT carries TLS to the target)",
+      "egress-proxies:pool.backends[0].static.ip is not a known setting; remove it (the settings here are urls, readiness, timeouts)",
+      "egress-proxies:pool.backends[0].count is 3 but that backend has only 2 proxies; lower its count or list more",
+    ]);
+    assert.ok(
+      problems.every((problem) => !problem.includes("hunter2") && !problem.includes("s3cret")),
+    );
+  });
+
   it("reports duplicate backend names and counts that do not add up at their keys, once each", () => {
     const problems = problemsOf({
       pool: {

@@ -79,4 +79,31 @@ describe("egress-reaper command line", () => {
       [["nowhere", false]],
     );
   });
+
+  it("says a static backend has nothing to reap, lists nothing for it, and exits 0 (even with --apply)", () => {
+    const file = writeConfig({
+      states: [{ checkpointFile: "$STATE" }],
+      static: [{ name: "shop" }],
+    });
+    const table = reaper(["--config", file, "--apply"]);
+    assert.equal(table.status, 0, table.stderr);
+    assert.match(
+      table.stdout,
+      /- shop: static proxies are not made by egress-proxies: nothing to reap/,
+    );
+    const json = reaper(["--config", file, "--json"]);
+    assert.equal(json.status, 0, json.stderr);
+    const report = JSON.parse(json.stdout) as {
+      backends: Array<{ backend: string; complete: boolean; note?: string }>;
+      items: unknown[];
+    };
+    assert.deepEqual(report.backends, [
+      {
+        backend: "shop",
+        complete: true,
+        note: "static proxies are not made by egress-proxies: nothing to reap",
+      },
+    ]);
+    assert.deepEqual(report.items, []);
+  });
 });

@@ -1,0 +1,35 @@
+/**
+ * What every resource class passes to `pulumi.dynamic.Resource`: the inputs
+ * with secrets wrapped (common/secrets.ts), the owner the mark records, and
+ * every output key declared (an output is only exposed on the object when
+ * its key is in the props). `.get` is the same constructor with an id.
+ */
+import * as pulumi from "@pulumi/pulumi";
+import { secretOutputNames, withSecretInputs } from "./secrets";
+
+export function resourceProps(
+  name: string,
+  args: object & { vmName?: unknown },
+  outputKeys: readonly string[],
+): Record<string, unknown> {
+  return {
+    ...withSecretInputs(args),
+    owner: { project: pulumi.getProject(), stack: pulumi.getStack(), resource: name },
+    vmName: args.vmName,
+    ...Object.fromEntries(outputKeys.map((key) => [key, undefined])),
+  };
+}
+
+/** The caller's options plus the outputs that hold a secret input (or derive from one). */
+export function resourceOptions(
+  opts: pulumi.CustomResourceOptions,
+  inputNames: readonly string[],
+): pulumi.CustomResourceOptions {
+  return {
+    ...opts,
+    additionalSecretOutputs: [
+      ...(opts.additionalSecretOutputs ?? []),
+      ...secretOutputNames(inputNames),
+    ],
+  };
+}

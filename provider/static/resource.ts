@@ -1,0 +1,96 @@
+import * as pulumi from "@pulumi/pulumi";
+import { resourceOptions, resourceProps } from "../common/resource-props";
+import * as implementation from "./provider";
+import { staticProxyInputsSchema } from "./schema";
+
+/**
+ * FROZEN: state stores a closure that requires dist/provider/static/provider.js and calls
+ * check/diff/create/read/update/remove on it (docs/frozen-api.md).
+ * The provider object Pulumi serializes into state. It captures nothing but
+ * the implementation module (emitted as a `require` of this package), so no
+ * credential or live handle ends up in the closure.
+ */
+const staticProvider: pulumi.dynamic.ResourceProvider = {
+  check: (olds, news) => implementation.check(olds, news),
+  diff: (id, olds, news) => implementation.diff(id, olds, news),
+  create: (inputs) => implementation.create(inputs),
+  read: (id, props) => implementation.read(id, props),
+  update: (id, olds, news) => implementation.update(id, olds, news),
+  delete: async (id, props) => {
+    await implementation.remove(id, props);
+  },
+};
+
+export interface StaticProxyArgs {
+  /** `http://[user:password@]host:port`. Stored as a secret when it carries credentials. */
+  url: pulumi.Input<string>;
+  /** Default: the port must accept TCP. `probeUrl` also fetches a page through the proxy. */
+  readiness?: pulumi.Input<{
+    mode?: pulumi.Input<"port" | "none">;
+    probeUrl?: pulumi.Input<string>;
+  }>;
+  /**
+   * Optional: fetch `url` through the proxy at create and record the address
+   * the target saw as `egressIp`. Without `proxyAuth`, the proxy URL's own
+   * credentials are sent. See docs/egress.md.
+   */
+  egressCheck?: pulumi.Input<{
+    url: pulumi.Input<string>;
+    field?: pulumi.Input<string>;
+    proxyAuth?: pulumi.Input<{ user: pulumi.Input<string>; password: pulumi.Input<string> }>;
+  }>;
+  timeouts?: pulumi.Input<{
+    createSeconds?: pulumi.Input<number>;
+    readySeconds?: pulumi.Input<number>;
+    deleteSeconds?: pulumi.Input<number>;
+  }>;
+}
+
+/**
+ * A proxy that already exists (a squid on a small box, a proxy a provider
+ * sold you), given by URL. Nothing is created or deleted: create and refresh
+ * probe it, destroy forgets it. See docs/static.md.
+ */
+export class StaticProxy extends pulumi.dynamic.Resource {
+  /** The URL as given (secret when it carries credentials). */
+  declare readonly url: pulumi.Output<string>;
+  declare readonly host: pulumi.Output<string>;
+  declare readonly port: pulumi.Output<number>;
+  /** The host when it is an IP address, else null. */
+  declare readonly ip: pulumi.Output<string | null>;
+  /** The URL without credentials. */
+  declare readonly endpoint: pulumi.Output<string>;
+  /** "reachable" or "unreachable" (at create, or the last refresh). */
+  declare readonly state: pulumi.Output<string>;
+  /** The address targets see through this proxy, from `egressCheck` at create; null without one. */
+  declare readonly egressIp: pulumi.Output<string | null>;
+  /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
+  declare readonly checkedAt: pulumi.Output<string | null>;
+
+  /** Takes an existing proxy into the stack by id (`proxies/<host>:<port>`); give its `url` in args. */
+  static get(
+    name: string,
+    id: pulumi.Input<pulumi.ID>,
+    args: Partial<StaticProxyArgs> = {},
+    opts: pulumi.CustomResourceOptions = {},
+  ): StaticProxy {
+    return new StaticProxy(name, args as StaticProxyArgs, { ...opts, id });
+  }
+
+  constructor(name: string, args: StaticProxyArgs, opts: pulumi.CustomResourceOptions = {}) {
+    const { vmName: _none, ...props } = resourceProps(
+      name,
+      args,
+      implementation.STATIC_OUTPUT_KEYS,
+    );
+    super(
+      staticProvider,
+      name,
+      props,
+      resourceOptions(opts, Object.keys(staticProxyInputsSchema.shape)),
+      // FROZEN: type token pulumi-nodejs:dynamic/egress-proxies:StaticProxy; a rename replaces every proxy.
+      "egress-proxies",
+      "StaticProxy",
+    );
+  }
+}

@@ -1,0 +1,116 @@
+/**
+ * StaticProxy through the real dynamic-provider gRPC server, from the packed
+ * package: a proxy URL with credentials registered as a secret (never in the
+ * serialized provider), check/create/diff/update/read/delete over gRPC, and
+ * `.get` by id with the URL. The proxy is a squid-like forward proxy with
+ * basic auth on 127.0.0.2 that leaves from 127.0.0.3.
+ */
+import assert from "node:assert/strict";
+import {
+  startEchoServer,
+  startForwardProxy,
+  type ForwardProxy,
+  type RunningServer,
+} from "../support/forward-proxy";
+import {
+  captureResourceInputs,
+  DynamicProviderServer,
+  packIntoConsumerProject,
+  type ConsumerProject,
+} from "./harness";
+
+const AUTH = { user: "shop", password: "engine static secret" };
+
+describe("engine: StaticProxy through the dynamic-provider gRPC server", function () {
+  this.timeout(120_000);
+  let project: ConsumerProject;
+  let echo: RunningServer;
+  let proxy: ForwardProxy;
+  let server: DynamicProviderServer | undefined;
+
+  before(async () => {
+    project = packIntoConsumerProject();
+    echo = await startEchoServer("127.0.0.1");
+    proxy = await startForwardProxy({ host: "127.0.0.2", auth: AUTH, egressAddress: "127.0.0.3" });
+  });
+
+  after(async () => {
+    await server?.stop();
+    await proxy?.close();
+    await echo?.close();
+    project?.remove();
+  });
+
+  const url = () =>
+    `http://${AUTH.user}:${encodeURIComponent(AUTH.password)}@127.0.0.2:${proxy.port}`;
+
+  it("keeps the URL secret, probes the proxy at create, updates in place, reads and forgets it", async () => {
+    const captured = captureResourceInputs(project, "StaticProxy", "shop-0", {
+      url: url(),
+      readiness: { probeUrl: `http://127.0.0.1:${echo.port}/` },
+      egressCheck: { url: `http://127.0.0.1:${echo.port}/json`, field: "ip" },
+      timeouts: { createSeconds: 60, readySeconds: 20, deleteSeconds: 60 },
+    });
+    assert.equal(captured.type, "pulumi-nodejs:dynamic/egress-proxies:StaticProxy");
+    assert.ok(captured.secretInputs.includes("url"), captured.secretInputs.join());
+    assert.doesNotMatch(String(captured.inputs.__provider), /engine static secret/);
+
+    server = await DynamicProviderServer.start(project);
+    const checked = await server.check(captured.urn, {}, captured.inputs);
+    assert.deepEqual(checked.failures, []);
+    const created = await server.create(captured.urn, checked.inputs);
+    assert.equal(created.id, `proxies/127.0.0.2:${proxy.port}`);
+    assert.equal(created.properties.endpoint, `http://127.0.0.2:${proxy.port}`);
+    assert.equal(created.properties.egressIp, "127.0.0.3");
+    assert.equal(created.properties.state, "reachable");
+
+    // Readiness settings change in place; another URL is another proxy.
+    const retimed = await server.check(captured.urn, checked.inputs, {
+      ...captured.inputs,
+      timeouts: { createSeconds: 60, readySeconds: 10, deleteSeconds: 60 },
+    });
+    const inPlace = await server.diff(captured.urn, created.id, created.properties, retimed.inputs);
+    assert.deepEqual([inPlace.changes, inPlace.replaces], ["some", []]);
+    const updated = await server.update(
+      captured.urn,
+      created.id,
+      created.properties,
+      retimed.inputs,
+    );
+    assert.equal(updated.egressIp, "127.0.0.3");
+    const moved = await server.check(captured.urn, checked.inputs, {
+      ...captured.inputs,
+      url: `http://127.0.0.2:${proxy.port + 1}`,
+    });
+    const replace = await server.diff(captured.urn, created.id, created.properties, moved.inputs);
+    assert.deepEqual(replace.replaces, ["url"]);
+
+    const read = await server.read(captured.urn, created.id, updated, retimed.inputs);
+    assert.equal(read.id, created.id);
+    assert.equal(read.properties.state, "reachable");
+    await server.delete(captured.urn, created.id, updated);
+    // Forgetting it leaves the proxy serving.
+    assert.equal(
+      (await server.read(captured.urn, created.id, updated, retimed.inputs)).properties.state,
+      "reachable",
+    );
+  });
+
+  it("StaticProxy.get takes an existing proxy by id and url", async () => {
+    const id = `proxies/127.0.0.2:${proxy.port}`;
+    const captured = captureResourceInputs(
+      project,
+      "StaticProxy",
+      "adopted",
+      { url: url() },
+      undefined,
+      id,
+    );
+    assert.equal(captured.id, id);
+    server ??= await DynamicProviderServer.start(project);
+    const read = await server.read(captured.urn, id, captured.inputs, captured.inputs);
+    assert.equal(read.id, id);
+    assert.equal(read.properties.host, "127.0.0.2");
+    assert.equal(read.properties.state, "reachable");
+  });
+});
