@@ -138,7 +138,8 @@ export interface CapturedResource {
 export const SECRET_SIGNATURE_KEY = "4dabf18193072939515e22adb298388d";
 export const SECRET_SIGNATURE = "1b47061264138c4ac30d75fd1eb44270";
 
-function unwrapSecrets(value: unknown, onSecret: () => void): unknown {
+/** A value as the engine hands it to a provider that does not accept secrets: marks removed. */
+export function unwrapSecrets(value: unknown, onSecret: () => void = () => undefined): unknown {
   if (Array.isArray(value)) return value.map((item) => unwrapSecrets(item, onSecret));
   if (typeof value === "object" && value !== null) {
     const record = value as Record<string, unknown>;
