@@ -200,21 +200,33 @@ export const urnOf = (identity: { project: string; stack: string }, type: string
 /**
  * Runs `program` (which defines an async `main`) in a child node process in
  * the consumer directory, so the installed package resolves as users see it
- * and mocks never leak into other tests. Its arguments are
- * `[outFile, ...args]`; returns what it wrote to `outFile`. `name` names the
- * program's files in the consumer directory.
+ * and mocks never leak into other tests, and returns what it wrote to its
+ * first argument, a file. Its arguments are that file, then the package
+ * name, `exportName`, `resourceName`, the JSON of `args`, the project and
+ * stack of `identity`, then `extra`. `name` names the program's files.
  */
-export function runConsumerProgram(
+export function runResourceProgram(
   project: ConsumerProject,
   name: string,
   program: string,
-  args: readonly string[],
+  resource: { exportName: string; resourceName: string; args: Record<string, unknown> },
+  identity: { project: string; stack: string },
+  extra: readonly string[] = [],
 ): string {
   const programFile = join(project.dir, `${name}-program.js`);
   // Runs are synchronous, so one output file per kind of program suffices.
   const outFile = join(project.dir, `${name}-output.json`);
   writeFileSync(programFile, program + PROGRAM_RUNNER);
   rmSync(outFile, { force: true });
+  const args = [
+    project.packageName,
+    resource.exportName,
+    resource.resourceName,
+    JSON.stringify(resource.args),
+    identity.project,
+    identity.stack,
+    ...extra,
+  ];
   try {
     execFileSync(process.execPath, [programFile, outFile, ...args], {
       cwd: project.dir,
@@ -244,15 +256,14 @@ export function captureResourceInputs(
   getId?: string,
 ): CapturedResource {
   const captured = JSON.parse(
-    runConsumerProgram(project, "capture", CAPTURE_PROGRAM, [
-      project.packageName,
-      exportName,
-      resourceName,
-      JSON.stringify(args),
-      identity.project,
-      identity.stack,
-      ...(getId === undefined ? [] : [getId]),
-    ]),
+    runResourceProgram(
+      project,
+      "capture",
+      CAPTURE_PROGRAM,
+      { exportName, resourceName, args },
+      identity,
+      getId === undefined ? [] : [getId],
+    ),
   ) as Pick<CapturedResource, "type" | "name" | "inputs" | "id">;
   const secretInputs: string[] = [];
   const inputs: Record<string, unknown> = {};

@@ -1,6 +1,6 @@
 import {
   CONSUMER_IDENTITY,
-  runConsumerProgram,
+  runResourceProgram,
   urnOf,
   SECRET_SIGNATURE,
   SECRET_SIGNATURE_KEY as SECRET_KEY,
@@ -93,15 +93,14 @@ export function captureRegistration(
 ): Registration {
   const identity = CONSUMER_IDENTITY;
   const captured = JSON.parse(
-    runConsumerProgram(project, "registration", PROGRAM, [
-      project.packageName,
-      exportName,
-      resourceName,
-      JSON.stringify(args),
-      identity.project,
-      identity.stack,
-      String(options.preview === true),
-    ]),
+    runResourceProgram(
+      project,
+      "registration",
+      PROGRAM,
+      { exportName, resourceName, args },
+      identity,
+      [String(options.preview === true)],
+    ),
   ) as Pick<Registration, "type" | "name" | "wire" | "additionalSecretOutputs">;
   const secretPaths: string[] = [];
   return {
