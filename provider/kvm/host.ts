@@ -247,31 +247,32 @@ export class LibvirtHost {
     );
   }
 
-  async poolNames(flags: number): Promise<string[]> {
-    const pools = await this.rpc(
-      Procedures.connectListAllStoragePools,
-      { needResults: 1, flags },
-      "pools",
-    );
-    return pools.pools.map((pool) => pool.name);
+  poolNames(flags: number): Promise<string[]> {
+    return this.listNames(Procedures.connectListAllStoragePools, flags, "pools", (r) => r.pools);
   }
 
-  async networkNames(flags: number): Promise<string[]> {
-    const nets = await this.rpc(
-      Procedures.connectListAllNetworks,
-      { needResults: 1, flags },
-      "networks",
-    );
-    return nets.nets.map((net) => net.name);
+  networkNames(flags: number): Promise<string[]> {
+    return this.listNames(Procedures.connectListAllNetworks, flags, "networks", (r) => r.nets);
   }
 
-  async interfaceNames(flags: number): Promise<string[]> {
-    const ifaces = await this.rpc(
+  interfaceNames(flags: number): Promise<string[]> {
+    return this.listNames(
       Procedures.connectListAllInterfaces,
-      { needResults: 1, flags },
+      flags,
       "interfaces",
+      (r) => r.ifaces,
     );
-    return ifaces.ifaces.map((iface) => iface.name);
+  }
+
+  /** The names a `connectListAll*` call returns (`needResults` 1: the objects, not only a count). */
+  private async listNames<Ret>(
+    procedure: Procedure<{ needResults: number; flags: number }, Ret>,
+    flags: number,
+    resource: string,
+    objects: (reply: Ret) => ReadonlyArray<{ name: string }>,
+  ): Promise<string[]> {
+    const reply = await this.rpc(procedure, { needResults: 1, flags }, resource);
+    return objects(reply).map((object) => object.name);
   }
 
   private async lookupOrUndefined<T>(

@@ -5,64 +5,52 @@
  * squid-like proxy with basic auth listens and leaves from 127.0.0.3.
  */
 import assert from "node:assert/strict";
-import { PveSimulator } from "../pve-sim/simulator";
+import type { PveSimulator } from "../pve-sim/simulator";
 import {
   startEchoServer,
   startForwardProxy,
   type ForwardProxy,
   type RunningServer,
 } from "../support/forward-proxy";
-import {
-  captureResourceInputs,
-  DynamicProviderServer,
-  packIntoConsumerProject,
-  type ConsumerProject,
-} from "./harness";
+import { simulatorProxyArgs, useEngineFixture } from "./engine-fixture";
+import { captureResourceInputs } from "./harness";
 
 const AUTH = { user: "crawler", password: "engine egress secret" };
 
 describe("engine: the egress check through the dynamic-provider gRPC server", function () {
   this.timeout(120_000);
-  let project: ConsumerProject;
+  const fixture = useEngineFixture();
   let sim: PveSimulator;
   let echo: RunningServer;
   let proxy: ForwardProxy;
-  let server: DynamicProviderServer | undefined;
 
   before(async () => {
-    project = packIntoConsumerProject();
-    sim = new PveSimulator({ agentDelayMs: 20, guestAddress: () => "127.0.0.2" });
-    await sim.listen();
+    sim = await fixture.startSimulator({ guestAddress: () => "127.0.0.2" });
     echo = await startEchoServer("127.0.0.1");
     proxy = await startForwardProxy({ host: "127.0.0.2", auth: AUTH, egressAddress: "127.0.0.3" });
   });
 
   after(async () => {
-    await server?.stop();
-    await sim?.settle();
-    await sim?.close();
     await proxy?.close();
     await echo?.close();
-    project?.remove();
   });
 
   it("keeps the check's settings secret, records egressIp, and deletes from the outputs", async () => {
-    const captured = captureResourceInputs(project, "ProxmoxProxy", "edge-egress", {
-      apiEndpoint: sim.endpoint,
-      caCertPem: sim.caCertPem,
-      node: "pve",
-      templateVmid: 9000,
-      diskStorage: "local-lvm",
-      seedStorage: "seeds",
-      readiness: { mode: "port", port: proxy.port },
-      egressCheck: { url: `http://127.0.0.1:${echo.port}/json`, proxyAuth: AUTH },
-      timeouts: { createSeconds: 60, readySeconds: 20, deleteSeconds: 60 },
-    });
+    const captured = captureResourceInputs(
+      fixture.project,
+      "ProxmoxProxy",
+      "edge-egress",
+      simulatorProxyArgs(sim, {
+        readiness: { mode: "port", port: proxy.port },
+        egressCheck: { url: `http://127.0.0.1:${echo.port}/json`, proxyAuth: AUTH },
+      }),
+    );
     assert.ok(captured.secretInputs.includes("egressCheck"), captured.secretInputs.join());
     assert.doesNotMatch(String(captured.inputs.__provider), /engine egress secret/);
 
-    server = await DynamicProviderServer.start(project);
-    await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
+    const server = await fixture.startServer({
+      config: { "egress-proxies:proxmoxApiToken": sim.tokenFor() },
+    });
     const checked = await server.check(captured.urn, {}, captured.inputs);
     assert.deepEqual(checked.failures, []);
     const created = await server.create(captured.urn, checked.inputs);

@@ -4,30 +4,18 @@
  * .d.ts, nothing from this repository's sources).
  */
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
-import { cpSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { packIntoConsumerProject, type ConsumerProject } from "./harness";
+import { EXAMPLES, exampleNames, typeCheckStacks, type TypeCheck } from "./typecheck";
 
 const REPOSITORY = resolve(__dirname, "..", "..", "..");
-const EXAMPLES = join(REPOSITORY, "examples");
-const TSC = join(REPOSITORY, "node_modules", "typescript", "bin", "tsc");
-
-const examples = readdirSync(EXAMPLES, { withFileTypes: true })
-  .filter((entry) => entry.isDirectory())
-  .map((entry) => entry.name);
-
-interface Compilation {
-  status: number | null;
-  /** tsc's diagnostics, by example directory name. */
-  errorsByExample: Map<string, string[]>;
-  output: string;
-}
+const examples = exampleNames();
 
 describe("examples compile against the packed package", function () {
   this.timeout(120_000);
   let project: ConsumerProject;
-  let compilation: Compilation;
+  let compilation: TypeCheck;
 
   /**
    * One strict tsc program over every example plus a deliberately broken
@@ -35,38 +23,20 @@ describe("examples compile against the packed package", function () {
    */
   before(() => {
     project = packIntoConsumerProject();
-    const root = join(project.dir, "examples");
-    for (const example of examples)
-      cpSync(join(EXAMPLES, example), join(root, example), { recursive: true });
     const broken = readFileSync(join(EXAMPLES, "consumer-stack", "index.ts"), "utf8");
-    cpSync(join(EXAMPLES, "consumer-stack"), join(root, "broken"), { recursive: true });
-    writeFileSync(join(root, "broken", "index.ts"), broken.replace("count: 2,", 'count: "two",'));
-    writeFileSync(
-      join(root, "tsconfig.json"),
-      JSON.stringify({
-        compilerOptions: {
-          target: "ES2022",
-          module: "commonjs",
-          moduleResolution: "node",
-          strict: true,
-          esModuleInterop: true,
-          skipLibCheck: true,
-          noEmit: true,
-          types: ["node"],
+    compilation = typeCheckStacks(
+      project,
+      "examples",
+      [
+        ...examples.map((example) => ({ name: example, example })),
+        {
+          name: "broken",
+          example: "consumer-stack",
+          index: broken.replace("count: 2,", 'count: "two",'),
         },
-        files: [...examples, "broken"].map((example) => `${example}/index.ts`),
-      }),
+      ],
+      { skipLibCheck: true },
     );
-    const result = spawnSync(process.execPath, [TSC, "-p", root, "--pretty", "false"], {
-      cwd: root,
-      encoding: "utf8",
-    });
-    const errorsByExample = new Map<string, string[]>();
-    for (const line of result.stdout.split("\n")) {
-      const match = /^([^/]+)\/index\.ts\(\d+,\d+\): error/.exec(line);
-      if (match) errorsByExample.set(match[1], [...(errorsByExample.get(match[1]) ?? []), line]);
-    }
-    compilation = { status: result.status, errorsByExample, output: result.stdout + result.stderr };
   });
   after(() => project?.remove());
 
@@ -110,15 +80,15 @@ describe("examples compile against the packed package", function () {
     it(`${example} type-checks (strict) with the package as users install it`, () => {
       const source = readFileSync(join(EXAMPLES, example, "index.ts"), "utf8");
       assert.match(source, /from "egress-proxies"/, "imports the package by name");
-      assert.deepEqual(compilation.errorsByExample.get(example) ?? [], [], compilation.output);
+      assert.deepEqual(compilation.errorsByStack.get(example) ?? [], [], compilation.output);
     });
 
   it("a wrong use of the package fails to compile (the check can fail)", () => {
     assert.notEqual(compilation.status, 0);
-    const errors = compilation.errorsByExample.get("broken") ?? [];
+    const errors = compilation.errorsByStack.get("broken") ?? [];
     assert.equal(errors.length, 1, compilation.output);
     assert.match(errors[0], /TS2322: Type 'string' is not assignable to type 'number'/);
     // Nothing else failed: every other diagnostic belongs to the broken copy.
-    assert.deepEqual([...compilation.errorsByExample.keys()], ["broken"], compilation.output);
+    assert.deepEqual([...compilation.errorsByStack.keys()], ["broken"], compilation.output);
   });
 });

@@ -135,10 +135,11 @@ export interface CapturedResource {
 }
 
 /** The SDK's wire marker for a secret value. */
-const SECRET_SIGNATURE_KEY = "4dabf18193072939515e22adb298388d";
-const SECRET_SIGNATURE = "1b47061264138c4ac30d75fd1eb44270";
+export const SECRET_SIGNATURE_KEY = "4dabf18193072939515e22adb298388d";
+export const SECRET_SIGNATURE = "1b47061264138c4ac30d75fd1eb44270";
 
-function unwrapSecrets(value: unknown, onSecret: () => void): unknown {
+/** A value as the engine hands it to a provider that does not accept secrets: marks removed. */
+export function unwrapSecrets(value: unknown, onSecret: () => void = () => undefined): unknown {
   if (Array.isArray(value)) return value.map((item) => unwrapSecrets(item, onSecret));
   if (typeof value === "object" && value !== null) {
     const record = value as Record<string, unknown>;
@@ -157,7 +158,7 @@ const CAPTURE_PROGRAM = `
 const fs = require("node:fs");
 const [outFile, moduleName, exportName, resourceName, argsJson, project, stack, getId] = process.argv.slice(2);
 const pulumi = require("@pulumi/pulumi");
-(async () => {
+async function main() {
   await pulumi.runtime.setMocks(
     {
       newResource(args) {
@@ -175,7 +176,12 @@ const pulumi = require("@pulumi/pulumi");
   const exported = require(moduleName)[exportName];
   if (getId) exported.get(resourceName, getId, JSON.parse(argsJson));
   else new exported(resourceName, JSON.parse(argsJson));
-})().catch((error) => {
+}
+`;
+
+/** Calls the program's `main` and makes any failure, even an unhandled rejection, its exit code. */
+const PROGRAM_RUNNER = `
+main().catch((error) => {
   console.error(error && error.stack ? error.stack : String(error));
   process.exitCode = 1;
 });
@@ -184,6 +190,56 @@ process.on("unhandledRejection", (error) => {
   process.exitCode = 1;
 });
 `;
+
+/** The project and stack a consumer program and the provider server run as, unless a test says otherwise. */
+export const CONSUMER_IDENTITY = { project: "egress-consumer", stack: "engine-test" };
+
+export const urnOf = (identity: { project: string; stack: string }, type: string, name: string) =>
+  `urn:pulumi:${identity.stack}::${identity.project}::${type}::${name}`;
+
+/**
+ * Runs `program` (which defines an async `main`) in a child node process in
+ * the consumer directory, so the installed package resolves as users see it
+ * and mocks never leak into other tests, and returns what it wrote to its
+ * first argument, a file. Its arguments are that file, then the package
+ * name, `exportName`, `resourceName`, the JSON of `args`, the project and
+ * stack of `identity`, then `extra`. `name` names the program's files.
+ */
+export function runResourceProgram(
+  project: ConsumerProject,
+  name: string,
+  program: string,
+  resource: { exportName: string; resourceName: string; args: Record<string, unknown> },
+  identity: { project: string; stack: string },
+  extra: readonly string[] = [],
+): string {
+  const programFile = join(project.dir, `${name}-program.js`);
+  // Runs are synchronous, so one output file per kind of program suffices.
+  const outFile = join(project.dir, `${name}-output.json`);
+  writeFileSync(programFile, program + PROGRAM_RUNNER);
+  rmSync(outFile, { force: true });
+  const args = [
+    project.packageName,
+    resource.exportName,
+    resource.resourceName,
+    JSON.stringify(resource.args),
+    identity.project,
+    identity.stack,
+    ...extra,
+  ];
+  try {
+    execFileSync(process.execPath, [programFile, outFile, ...args], {
+      cwd: project.dir,
+      stdio: ["ignore", "pipe", "pipe"],
+      timeout: 60_000,
+      env: { ...process.env, PULUMI_TEST_MODE: "true" },
+    });
+  } catch (error) {
+    const stderr = (error as { stderr?: Buffer }).stderr?.toString() ?? "";
+    throw new Error(`the consumer program failed: ${stderr || String(error)}`);
+  }
+  return readFileSync(outFile, "utf8");
+}
 
 /**
  * Runs a consumer program that constructs `new <exportName>(resourceName, args)`
@@ -195,46 +251,20 @@ export function captureResourceInputs(
   exportName: string,
   resourceName: string,
   args: Record<string, unknown>,
-  identity: { project: string; stack: string } = {
-    project: "egress-consumer",
-    stack: "engine-test",
-  },
+  identity: { project: string; stack: string } = CONSUMER_IDENTITY,
   /** Capture `<exportName>.get(resourceName, getId, args)` (a ReadResource) instead. */
   getId?: string,
 ): CapturedResource {
-  const programFile = join(project.dir, "capture-program.js");
-  const outFile = join(project.dir, `captured-${resourceName}.json`);
-  writeFileSync(programFile, CAPTURE_PROGRAM);
-  rmSync(outFile, { force: true });
-  try {
-    execFileSync(
-      process.execPath,
-      [
-        programFile,
-        outFile,
-        project.packageName,
-        exportName,
-        resourceName,
-        JSON.stringify(args),
-        identity.project,
-        identity.stack,
-        ...(getId === undefined ? [] : [getId]),
-      ],
-      {
-        cwd: project.dir,
-        stdio: ["ignore", "pipe", "pipe"],
-        timeout: 60_000,
-        env: { ...process.env, PULUMI_TEST_MODE: "true" },
-      },
-    );
-  } catch (error) {
-    const stderr = (error as { stderr?: Buffer }).stderr?.toString() ?? "";
-    throw new Error(`the consumer program failed: ${stderr || String(error)}`);
-  }
-  const captured = JSON.parse(readFileSync(outFile, "utf8")) as Pick<
-    CapturedResource,
-    "type" | "name" | "inputs" | "id"
-  >;
+  const captured = JSON.parse(
+    runResourceProgram(
+      project,
+      "capture",
+      CAPTURE_PROGRAM,
+      { exportName, resourceName, args },
+      identity,
+      getId === undefined ? [] : [getId],
+    ),
+  ) as Pick<CapturedResource, "type" | "name" | "inputs" | "id">;
   const secretInputs: string[] = [];
   const inputs: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(captured.inputs))
@@ -243,7 +273,7 @@ export function captureResourceInputs(
     ...captured,
     inputs,
     secretInputs,
-    urn: `urn:pulumi:${identity.stack}::${identity.project}::${captured.type}::${captured.name}`,
+    urn: urnOf(identity, captured.type, captured.name),
   };
 }
 
@@ -284,10 +314,7 @@ export class DynamicProviderServer {
 
   static async start(
     project: ConsumerProject,
-    identity: { project: string; stack: string } = {
-      project: "egress-consumer",
-      stack: "engine-test",
-    },
+    identity: { project: string; stack: string } = CONSUMER_IDENTITY,
     env: NodeJS.ProcessEnv = process.env,
     /** What the engine passes as the provider's first argument; a FakeEngine's address to see logs. */
     engineAddress = "127.0.0.1:1",

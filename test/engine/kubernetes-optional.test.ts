@@ -7,14 +7,10 @@
  * `@pulumi/kubernetes` (everything else is linked from this repository).
  */
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
-import { cpSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
 import { captureResourceInputs, packIntoConsumerProject, type ConsumerProject } from "./harness";
-
-const REPOSITORY = resolve(__dirname, "..", "..", "..");
-const EXAMPLES = join(REPOSITORY, "examples");
-const TSC = join(REPOSITORY, "node_modules", "typescript", "bin", "tsc");
+import { exampleNames, typeCheckStacks } from "./typecheck";
 const KUBERNETES = "@pulumi/kubernetes";
 
 const POOL_ARGS = {
@@ -70,47 +66,32 @@ describe(`a consumer stack without ${KUBERNETES} installed`, function () {
   });
 
   it("type-checks the examples that do not publish, and a stack using the Kubernetes types, with the package's .d.ts checked too", () => {
-    const root = join(project.dir, "stacks");
-    const examples = readdirSync(EXAMPLES);
-    for (const example of examples)
-      cpSync(join(EXAMPLES, example), join(root, example), { recursive: true });
-    cpSync(join(EXAMPLES, "consumer-stack"), join(root, "typed"), { recursive: true });
-    writeFileSync(join(root, "typed", "index.ts"), TYPED_STACK);
-    writeFileSync(
-      join(root, "tsconfig.json"),
-      JSON.stringify({
-        compilerOptions: {
-          target: "ES2022",
-          module: "commonjs",
-          moduleResolution: "node",
-          strict: true,
-          esModuleInterop: true,
-          noEmit: true,
-          types: ["node"],
-        },
-        // Only egress-proxies' own declarations are checked in full; skipLibCheck would
-        // silently turn an unresolved import in them into `any`.
-        files: [...examples, "typed"].map((name) => `${name}/index.ts`),
-      }),
+    // Only egress-proxies' own declarations are checked in full; skipLibCheck would
+    // silently turn an unresolved import in them into \`any\`.
+    const result = typeCheckStacks(
+      project,
+      "stacks",
+      [
+        ...exampleNames().map((example) => ({ name: example, example })),
+        { name: "typed", example: "consumer-stack", index: TYPED_STACK },
+      ],
+      { skipLibCheck: false },
     );
-    const result = spawnSync(process.execPath, [TSC, "-p", root, "--pretty", "false"], {
-      cwd: root,
-      encoding: "utf8",
-    });
-    const errors = result.stdout.split("\n").filter((line) => /error TS/.test(line));
-    const ours = errors.filter((line) => !line.startsWith("../node_modules/@pulumi/pulumi/"));
+    const ours = result.errors.filter(
+      (line) => !line.startsWith("../node_modules/@pulumi/pulumi/"),
+    );
     // The one example that publishes imports the package itself, so it cannot compile here:
     // that it fails shows the package really is absent to tsc.
     assert.ok(
       ours.some((line) =>
         /^mixed-kubernetes\/index\.ts.*Cannot find module '@pulumi\/kubernetes'/.test(line),
       ),
-      result.stdout,
+      result.output,
     );
     assert.deepEqual(
       ours.filter((line) => !line.startsWith("mixed-kubernetes/")),
       [],
-      result.stdout,
+      result.output,
     );
   });
 

@@ -7,13 +7,9 @@
  * one field, never a replacement of the defaulted fields that did not change.
  */
 import assert from "node:assert/strict";
-import { PveSimulator } from "../pve-sim/simulator";
-import {
-  DynamicProviderServer,
-  packIntoConsumerProject,
-  type ConsumerProject,
-  type Props,
-} from "./harness";
+import type { PveSimulator } from "../pve-sim/simulator";
+import { simulatorProxyArgs, useEngineFixture } from "./engine-fixture";
+import type { DynamicProviderServer, Props } from "./harness";
 import { captureRegistration, UNKNOWN } from "./registration";
 
 const unknown = { $unknown: true };
@@ -23,24 +19,7 @@ const KEY =
 
 describe("engine: preview with unknown inputs (check and diff over gRPC)", function () {
   this.timeout(120_000);
-  let project: ConsumerProject;
-  const servers: DynamicProviderServer[] = [];
-
-  before(() => {
-    project = packIntoConsumerProject();
-  });
-
-  after(async () => {
-    await Promise.all(servers.map((server) => server.stop()));
-    project?.remove();
-  });
-
-  async function startServer(config: Record<string, string> = {}): Promise<DynamicProviderServer> {
-    const server = await DynamicProviderServer.start(project);
-    servers.push(server);
-    await server.configure(config);
-    return server;
-  }
+  const fixture = useEngineFixture();
 
   describe("KvmProxy", () => {
     /** Prior state built from a real check result (no VM is needed for check and diff). */
@@ -58,8 +37,8 @@ describe("engine: preview with unknown inputs (check and diff over gRPC)", funct
     });
 
     before(async () => {
-      server = await startServer();
-      const first = captureRegistration(project, "KvmProxy", "edge-k", program());
+      server = await fixture.startServer({ config: {} });
+      const first = captureRegistration(fixture.project, "KvmProxy", "edge-k", program());
       const checked = await server.check(first.urn, {}, first.inputs);
       assert.deepEqual(checked.failures, []);
       priorInputs = checked.inputs;
@@ -78,7 +57,7 @@ describe("engine: preview with unknown inputs (check and diff over gRPC)", funct
     });
 
     async function previewDiff(args: Props) {
-      const registration = captureRegistration(project, "KvmProxy", "edge-k", args, {
+      const registration = captureRegistration(fixture.project, "KvmProxy", "edge-k", args, {
         preview: true,
       });
       const checked = await server.check(registration.urn, priorInputs, registration.inputs);
@@ -158,25 +137,19 @@ describe("engine: preview with unknown inputs (check and diff over gRPC)", funct
     let created: { id: string; properties: Props };
     let urn: string;
 
-    const program = (overrides: Props = {}): Props => ({
-      apiEndpoint: sim.endpoint,
-      caCertPem: sim.caCertPem,
-      node: "pve",
-      templateVmid: 9000,
-      diskStorage: "local-lvm",
-      seedStorage: "seeds",
-      tags: ["Edge", "blue"],
-      userData: "#cloud-config\nruncmd: [echo hi]\n",
-      readiness: { mode: "address" },
-      timeouts: { createSeconds: 60, readySeconds: 20, deleteSeconds: 60 },
-      ...overrides,
-    });
+    const program = (overrides: Props = {}): Props =>
+      simulatorProxyArgs(sim, {
+        tags: ["Edge", "blue"],
+        userData: "#cloud-config\nruncmd: [echo hi]\n",
+        ...overrides,
+      });
 
     before(async () => {
-      sim = new PveSimulator({ agentDelayMs: 20 });
-      await sim.listen();
-      server = await startServer({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
-      const first = captureRegistration(project, "ProxmoxProxy", "edge-p", program());
+      sim = await fixture.startSimulator();
+      server = await fixture.startServer({
+        config: { "egress-proxies:proxmoxApiToken": sim.tokenFor() },
+      });
+      const first = captureRegistration(fixture.project, "ProxmoxProxy", "edge-p", program());
       urn = first.urn;
       const checked = await server.check(urn, {}, first.inputs);
       assert.deepEqual(checked.failures, []);
@@ -186,12 +159,10 @@ describe("engine: preview with unknown inputs (check and diff over gRPC)", funct
 
     after(async () => {
       if (created) await server.delete(urn, created.id, created.properties).catch(() => undefined);
-      await sim?.settle();
-      await sim?.close();
     });
 
     async function previewDiff(args: Props) {
-      const registration = captureRegistration(project, "ProxmoxProxy", "edge-p", args, {
+      const registration = captureRegistration(fixture.project, "ProxmoxProxy", "edge-p", args, {
         preview: true,
       });
       const checked = await server.check(urn, priorInputs, registration.inputs);

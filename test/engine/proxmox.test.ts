@@ -1,14 +1,7 @@
 import assert from "node:assert/strict";
-import { PveSimulator } from "../pve-sim/simulator";
-import {
-  captureResourceInputs,
-  ConsumerProject,
-  DynamicProviderServer,
-  EngineCallError,
-  FakeEngine,
-  packIntoConsumerProject,
-  Props,
-} from "./harness";
+import type { PveSimulator } from "../pve-sim/simulator";
+import { simulatorProxyArgs, useEngineFixture } from "./engine-fixture";
+import { captureResourceInputs, EngineCallError, FakeEngine, Props } from "./harness";
 
 const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
 
@@ -20,54 +13,25 @@ const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
  */
 describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", function () {
   this.timeout(120_000);
-  let project: ConsumerProject;
+  const fixture = useEngineFixture();
   let sim: PveSimulator;
-  const servers: DynamicProviderServer[] = [];
-  const engines: FakeEngine[] = [];
 
   before(async () => {
-    project = packIntoConsumerProject();
-    sim = new PveSimulator({ agentDelayMs: 20 });
-    await sim.listen();
+    sim = await fixture.startSimulator();
   });
-
-  after(async () => {
-    await Promise.all(servers.map((server) => server.stop()));
-    await Promise.all(engines.map((engine) => engine.stop()));
-    await sim?.settle();
-    await sim?.close();
-    project?.remove();
-  });
-
-  async function startServer(
-    env: NodeJS.ProcessEnv = process.env,
-    engine?: FakeEngine,
-  ): Promise<DynamicProviderServer> {
-    const server = await DynamicProviderServer.start(project, undefined, env, engine?.address);
-    servers.push(server);
-    return server;
-  }
 
   /** The user's program: the token comes from provider config, not from the resource. */
   function programArgs(overrides: Props = {}): Props {
-    return {
-      apiEndpoint: sim.endpoint,
-      caCertPem: sim.caCertPem,
-      node: "pve",
-      templateVmid: 9000,
-      diskStorage: "local-lvm",
-      seedStorage: "seeds",
+    return simulatorProxyArgs(sim, {
       tags: ["Edge"],
       userData: "#cloud-config\nruncmd: [echo hi]\n",
-      readiness: { mode: "address" },
-      timeouts: { createSeconds: 60, readySeconds: 20, deleteSeconds: 60 },
       ...overrides,
-    };
+    });
   }
 
   it("serializes a small provider closure that holds no credential", () => {
     const captured = captureResourceInputs(
-      project,
+      fixture.project,
       "ProxmoxProxy",
       "edge-a",
       programArgs({ apiToken: sim.tokenFor() }),
@@ -85,10 +49,10 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     const env = { ...process.env };
     delete env.PROXMOX_VE_ENDPOINT;
     delete env.PROXMOX_VE_API_TOKEN;
-    const server = await startServer(env);
+    const server = await fixture.startServer({ env });
     await server.configure({});
     const captured = captureResourceInputs(
-      project,
+      fixture.project,
       "ProxmoxProxy",
       "edge-preview",
       programArgs({ apiEndpoint: undefined }),
@@ -109,10 +73,10 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
   });
 
   it("reports check failures by property with the fix", async () => {
-    const server = await startServer();
+    const server = await fixture.startServer();
     await server.configure({});
     const captured = captureResourceInputs(
-      project,
+      fixture.project,
       "ProxmoxProxy",
       "edge-bad",
       programArgs({ vlanTag: 5000 }),
@@ -124,11 +88,15 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
   });
 
   it("Configure → Check → Diff → Create → Read → Update → Delete against the simulator", async () => {
-    const engine = await FakeEngine.start();
-    engines.push(engine);
-    const server = await startServer(process.env, engine);
+    const engine = await fixture.startEngine();
+    const server = await fixture.startServer({ engine });
     await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
-    const captured = captureResourceInputs(project, "ProxmoxProxy", "edge-b", programArgs());
+    const captured = captureResourceInputs(
+      fixture.project,
+      "ProxmoxProxy",
+      "edge-b",
+      programArgs(),
+    );
     const { urn } = captured;
 
     const checked = await server.check(urn, {}, captured.inputs);
@@ -204,16 +172,16 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
   });
 
   it("adopts this stack's VM with ProxmoxProxy.get (a ReadResource) and refuses another stack's", async () => {
-    const server = await startServer();
+    const server = await fixture.startServer();
     await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
-    const made = captureResourceInputs(project, "ProxmoxProxy", "edge-made", programArgs());
+    const made = captureResourceInputs(fixture.project, "ProxmoxProxy", "edge-made", programArgs());
     const checked = await server.check(made.urn, {}, made.inputs);
     const created = await server.create(made.urn, checked.inputs);
     try {
       // ProxmoxProxy.get("edge-adopted", id, { apiEndpoint, caCertPem, node }) in the user's program.
       const getArgs = { apiEndpoint: sim.endpoint, caCertPem: sim.caCertPem, node: "pve" };
       const got = captureResourceInputs(
-        project,
+        fixture.project,
         "ProxmoxProxy",
         "edge-adopted",
         getArgs,
@@ -243,7 +211,7 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
       assert.deepEqual(reads[0], reads[1]);
 
       const foreign = captureResourceInputs(
-        project,
+        fixture.project,
         "ProxmoxProxy",
         "edge-theirs",
         getArgs,
@@ -261,12 +229,12 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
   });
 
   it("continues a partial create at the next up (update on the record) and deletes a record as destroy does", async () => {
-    const server = await startServer();
+    const server = await fixture.startServer();
     await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
     const timeouts = { createSeconds: 60, readySeconds: 1, deleteSeconds: 60 };
     const record = async (name: string) => {
       const captured = captureResourceInputs(
-        project,
+        fixture.project,
         "ProxmoxProxy",
         name,
         programArgs({ timeouts }),
@@ -320,10 +288,10 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
   });
 
   it("returns a partially created resource (ErrorResourceInitFailed) when the agent never answers", async () => {
-    const server = await startServer();
+    const server = await fixture.startServer();
     await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
     const captured = captureResourceInputs(
-      project,
+      fixture.project,
       "ProxmoxProxy",
       "edge-c",
       programArgs({ timeouts: { createSeconds: 60, readySeconds: 1, deleteSeconds: 60 } }),

@@ -1,7 +1,12 @@
-import { execFileSync } from "node:child_process";
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
-import type { ConsumerProject, Props } from "./harness";
+import {
+  CONSUMER_IDENTITY,
+  runResourceProgram,
+  urnOf,
+  SECRET_SIGNATURE,
+  SECRET_SIGNATURE_KEY as SECRET_KEY,
+  type ConsumerProject,
+  type Props,
+} from "./harness";
 
 /**
  * What a program registers for a resource, exactly as the SDK sends it to the
@@ -30,8 +35,6 @@ export interface Registration {
 }
 
 export const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
-const SECRET_KEY = "4dabf18193072939515e22adb298388d";
-const SECRET_SIGNATURE = "1b47061264138c4ac30d75fd1eb44270";
 
 const PROGRAM = `
 const fs = require("node:fs");
@@ -61,7 +64,7 @@ function revive(value) {
   if ("$output" in value) return pulumi.output(revive(value.$output));
   return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, revive(item)]));
 }
-(async () => {
+async function main() {
   await pulumi.runtime.setMocks(
     {
       newResource: (args) => ({
@@ -77,14 +80,7 @@ function revive(value) {
   );
   const exported = require(moduleName)[exportName];
   new exported(resourceName, revive(JSON.parse(argsJson)));
-})().catch((error) => {
-  console.error(error && error.stack ? error.stack : String(error));
-  process.exitCode = 1;
-});
-process.on("unhandledRejection", (error) => {
-  console.error("unhandled rejection: " + (error && error.stack ? error.stack : String(error)));
-  process.exitCode = 1;
-});
+}
 `;
 
 /** Runs `new <exportName>(resourceName, args)` from the installed package under mocks, in a child process. */
@@ -95,46 +91,23 @@ export function captureRegistration(
   args: Props,
   options: { preview?: boolean } = {},
 ): Registration {
-  const identity = { project: "egress-consumer", stack: "engine-test" };
-  const programFile = join(project.dir, "registration-program.js");
-  const outFile = join(project.dir, `registration-${resourceName}.json`);
-  writeFileSync(programFile, PROGRAM);
-  rmSync(outFile, { force: true });
-  try {
-    execFileSync(
-      process.execPath,
-      [
-        programFile,
-        outFile,
-        project.packageName,
-        exportName,
-        resourceName,
-        JSON.stringify(args),
-        identity.project,
-        identity.stack,
-        String(options.preview === true),
-      ],
-      {
-        cwd: project.dir,
-        stdio: ["ignore", "pipe", "pipe"],
-        timeout: 60_000,
-        env: { ...process.env, PULUMI_TEST_MODE: "true" },
-      },
-    );
-  } catch (error) {
-    const stderr = (error as { stderr?: Buffer }).stderr?.toString() ?? "";
-    throw new Error(`the consumer program failed: ${stderr || String(error)}`);
-  }
-  const captured = JSON.parse(readFileSync(outFile, "utf8")) as Pick<
-    Registration,
-    "type" | "name" | "wire" | "additionalSecretOutputs"
-  >;
+  const identity = CONSUMER_IDENTITY;
+  const captured = JSON.parse(
+    runResourceProgram(
+      project,
+      "registration",
+      PROGRAM,
+      { exportName, resourceName, args },
+      identity,
+      [String(options.preview === true)],
+    ),
+  ) as Pick<Registration, "type" | "name" | "wire" | "additionalSecretOutputs">;
   const secretPaths: string[] = [];
   return {
     ...captured,
     inputs: unmarked(captured.wire, [], secretPaths) as Props,
     secretPaths,
-    urn: `urn:pulumi:${identity.stack}::${identity.project}::${captured.type}::${captured.name}`,
+    urn: urnOf(identity, captured.type, captured.name),
   };
 }
 

@@ -21,7 +21,6 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { request } from "node:http";
 import { engineCallMs, guestReadySeconds, guestTestTimeoutMs, kvmTimeouts } from "../lab/budgets";
 import { useLab, type LabEnv } from "../lab/fixture";
 import { LabGuests } from "../lab/guests";
@@ -34,26 +33,16 @@ import {
   type RunningServer,
 } from "../lab/kvm-support";
 import { PveSimulator } from "../pve-sim/simulator";
+import { getThroughProxy } from "../support/forward-proxy";
 import {
   DynamicProviderServer,
   packIntoConsumerProject,
+  unwrapSecrets,
   type ConsumerProject,
   type Props,
 } from "./harness";
 
 const REPOSITORY = resolve(__dirname, "..", "..", "..");
-const SECRET_SIGNATURE_KEY = "4dabf18193072939515e22adb298388d";
-
-function unwrapSecrets(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(unwrapSecrets);
-  if (typeof value === "object" && value !== null) {
-    const record = value as Record<string, unknown>;
-    if (SECRET_SIGNATURE_KEY in record) return unwrapSecrets(record.value);
-    return Object.fromEntries(Object.entries(record).map(([k, v]) => [k, unwrapSecrets(v)]));
-  }
-  return value;
-}
-
 /** Runs the root program under mocks; with `outputs`, children get those outputs (as after `up`). */
 const MOCK_RUNNER = `
 const fs = require("node:fs");
@@ -87,44 +76,6 @@ pulumi.runtime
     };
   });
 `;
-
-/** An absolute-form GET through the proxy, with Proxy-Authorization when credentials are given. */
-function getThroughProxy(
-  proxy: { host: string; port: number },
-  targetUrl: string,
-  credentials?: { user: string; password: string },
-): Promise<{ status: number; body: string }> {
-  const headers: Record<string, string> = { host: new URL(targetUrl).host };
-  if (credentials !== undefined)
-    headers["proxy-authorization"] =
-      "Basic " + Buffer.from(`${credentials.user}:${credentials.password}`).toString("base64");
-  return new Promise((resolveResponse, reject) => {
-    const req = request(
-      {
-        host: proxy.host,
-        port: proxy.port,
-        method: "GET",
-        path: targetUrl,
-        headers,
-        timeout: 10_000,
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (chunk: Buffer) => chunks.push(chunk));
-        res.on("end", () =>
-          resolveResponse({
-            status: res.statusCode ?? 0,
-            body: Buffer.concat(chunks).toString("utf8"),
-          }),
-        );
-        res.on("error", reject);
-      },
-    );
-    req.on("timeout", () => req.destroy(new Error("no answer from the proxy within 10 s")));
-    req.on("error", reject);
-    req.end();
-  });
-}
 
 interface Seen {
   seen: Array<{ type: string; name: string; inputs: Props }>;

@@ -6,13 +6,9 @@
  * applied to it. No plaintext of any secret may be left.
  */
 import assert from "node:assert/strict";
-import { PveSimulator } from "../pve-sim/simulator";
-import {
-  DynamicProviderServer,
-  packIntoConsumerProject,
-  type ConsumerProject,
-  type Props,
-} from "./harness";
+import type { PveSimulator } from "../pve-sim/simulator";
+import { simulatorProxyArgs, useEngineFixture } from "./engine-fixture";
+import type { Props } from "./harness";
 import { captureRegistration, stateAsStored, type Registration } from "./registration";
 
 const KEY_BODY = "c2VudGluZWwta2V5LWJvZHktOTQxNw";
@@ -52,24 +48,7 @@ function assertHolds(reply: Props, needles: readonly string[]): void {
 
 describe("engine: one secret set for both resources, no plaintext in state", function () {
   this.timeout(120_000);
-  let project: ConsumerProject;
-  const servers: DynamicProviderServer[] = [];
-
-  before(() => {
-    project = packIntoConsumerProject();
-  });
-
-  after(async () => {
-    await Promise.all(servers.map((server) => server.stop()));
-    project?.remove();
-  });
-
-  async function startServer(config: Record<string, string> = {}): Promise<DynamicProviderServer> {
-    const server = await DynamicProviderServer.start(project);
-    servers.push(server);
-    await server.configure(config);
-    return server;
-  }
+  const fixture = useEngineFixture();
 
   function registeredStore(registration: Registration): string {
     return stateAsStored(registration.inputs, registration, "inputs");
@@ -96,7 +75,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
     });
 
     it("registers credentials, cloud-init and URLs with userinfo as secrets, leaf by leaf", () => {
-      const registration = captureRegistration(project, "KvmProxy", "edge-s", program());
+      const registration = captureRegistration(fixture.project, "KvmProxy", "edge-s", program());
       assert.deepEqual(registration.secretPaths.sort(), [
         "connection.passphrase",
         "connection.privateKey",
@@ -126,7 +105,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
 
     it("a URL without userinfo stays plain", () => {
       const registration = captureRegistration(
-        project,
+        fixture.project,
         "KvmProxy",
         "edge-plain",
         program({
@@ -139,12 +118,17 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
     });
 
     it("check's reply through gRPC, as the engine stores it, holds no secret in plaintext", async () => {
-      const server = await startServer();
+      const server = await fixture.startServer({ config: {} });
       for (const overrides of [
         {},
         { userData: undefined, userDataBase64: SECRETS.userDataBase64 },
       ]) {
-        const registration = captureRegistration(project, "KvmProxy", "edge-s", program(overrides));
+        const registration = captureRegistration(
+          fixture.project,
+          "KvmProxy",
+          "edge-s",
+          program(overrides),
+        );
         const checked = await server.check(registration.urn, {}, registration.inputs);
         // URLs with userinfo are refused anyway; the reply still carries them back.
         assert.deepEqual(checked.failures.map((f) => f.property).sort(), [
@@ -160,7 +144,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
 
     it("a whole connection given as an Output is secret as a whole", () => {
       const registration = captureRegistration(
-        project,
+        fixture.project,
         "KvmProxy",
         "edge-o",
         program({ connection: { $output: { host: "kvm1.lan", privateKey: SECRETS.privateKey } } }),
@@ -172,7 +156,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
     it("an image given as an Output is secret as a whole when its URL carries userinfo", () => {
       const url = `https://mirror:${SECRETS.urlPassword}@images.example/debian-12.qcow2`;
       const registration = captureRegistration(
-        project,
+        fixture.project,
         "KvmProxy",
         "edge-i",
         program({ image: { $output: { url } } }),
@@ -186,33 +170,20 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
     let sim: PveSimulator;
 
     before(async () => {
-      sim = new PveSimulator({ agentDelayMs: 20 });
-      await sim.listen();
+      sim = await fixture.startSimulator();
     });
 
-    after(async () => {
-      await sim?.settle();
-      await sim?.close();
-    });
-
-    const program = (overrides: Props = {}): Props => ({
-      apiEndpoint: sim.endpoint,
-      apiToken: sim.tokenFor(),
-      caCertPem: sim.caCertPem,
-      node: "pve",
-      templateVmid: 9000,
-      diskStorage: "local-lvm",
-      seedStorage: "seeds",
-      userData: SECRETS.userData,
-      vendorData: SECRETS.vendorData,
-      readiness: { mode: "address" },
-      timeouts: { createSeconds: 60, readySeconds: 20, deleteSeconds: 60 },
-      ...overrides,
-    });
+    const program = (overrides: Props = {}): Props =>
+      simulatorProxyArgs(sim, {
+        apiToken: sim.tokenFor(),
+        userData: SECRETS.userData,
+        vendorData: SECRETS.vendorData,
+        ...overrides,
+      });
 
     it("registers the same set as KvmProxy for the inputs it has", () => {
       const registration = captureRegistration(
-        project,
+        fixture.project,
         "ProxmoxProxy",
         "edge-s",
         program({ apiEndpoint: `https://root:${SECRETS.urlPassword}@pve.example:8006` }),
@@ -234,8 +205,13 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
     });
 
     it("check, create and read replies through gRPC, as the engine stores them, hold no secret", async () => {
-      const server = await startServer();
-      const registration = captureRegistration(project, "ProxmoxProxy", "edge-s", program());
+      const server = await fixture.startServer({ config: {} });
+      const registration = captureRegistration(
+        fixture.project,
+        "ProxmoxProxy",
+        "edge-s",
+        program(),
+      );
       const token = sim.tokenFor().split("=")[1];
       const needles = [token, "sentinel-user-data-3318", "sentinel-vendor-data-2287"];
       const checked = await server.check(registration.urn, {}, registration.inputs);

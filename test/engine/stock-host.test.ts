@@ -23,7 +23,6 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
 import { copyFileSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { request } from "node:http";
 import { join, resolve } from "node:path";
 import { DEFAULT_POOL_CONFIG } from "../../components/stack-config";
 import type { LabEnv } from "../lab/lab";
@@ -35,28 +34,17 @@ import {
   useStockHost,
   type StockHostEnv,
 } from "../lab/stock-fixture";
+import { getThroughProxy } from "../support/forward-proxy";
 import {
   DynamicProviderServer,
   packIntoConsumerProject,
+  unwrapSecrets,
   type ConsumerProject,
   type Props,
 } from "./harness";
 
 const REPOSITORY = resolve(__dirname, "..", "..", "..");
 const BIN = resolve(__dirname, "..", "..", "cli", "main.js");
-
-const SECRET_SIGNATURE_KEY = "4dabf18193072939515e22adb298388d";
-
-/** Inputs as the engine hands them to a provider that does not accept secrets: unwrapped. */
-function unwrapSecrets(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(unwrapSecrets);
-  if (typeof value === "object" && value !== null) {
-    const record = value as Record<string, unknown>;
-    if (SECRET_SIGNATURE_KEY in record) return unwrapSecrets(record.value);
-    return Object.fromEntries(Object.entries(record).map(([k, v]) => [k, unwrapSecrets(v)]));
-  }
-  return value;
-}
 
 /** Runs the root program under mocks (preview) and writes the resources it registers. */
 const MOCK_RUNNER = `
@@ -93,34 +81,6 @@ function asIfOnTheStockHost(stock: StockHostEnv): string[] {
     'mount --bind "$0" /run/libvirt && exec "$@"',
     stock.libvirtRunDir,
   ];
-}
-
-function getThroughProxy(
-  proxy: { host: string; port: number },
-  targetUrl: string,
-): Promise<{ status: number; body: string }> {
-  return new Promise((resolveResponse, reject) => {
-    const req = request(
-      {
-        host: proxy.host,
-        port: proxy.port,
-        path: targetUrl,
-        headers: { host: new URL(targetUrl).host },
-        timeout: 10_000,
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (chunk: Buffer) => chunks.push(chunk));
-        res.on("end", () =>
-          resolveResponse({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }),
-        );
-        res.on("error", reject);
-      },
-    );
-    req.on("timeout", () => req.destroy(new Error("no answer from the proxy within 10 s")));
-    req.on("error", reject);
-    req.end();
-  });
 }
 
 /** What a person would compare before and after: libvirt's objects on the host. */

@@ -10,12 +10,12 @@ PIDS=$LAB/pids
 NS=${LAB_NETNS:-lab}
 PURGE=0
 [ "${1:-}" = "--purge" ] && PURGE=1
-log() { echo "[lab-down] $*"; }
-pid_of() { [ -f "$PIDS" ] && awk -v n="$1" '$1==n {p=$2} END {print p}' "$PIDS"; }
+LOG_TAG=lab-down
+# shellcheck source-path=SCRIPTDIR source=lab-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lab-lib.sh"
 
 # 1. Stop guests while libvirtd is still up; otherwise their qemu processes would outlive it.
-lp=$(pid_of libvirtd)
-if [ -n "$lp" ] && [ "$(cat "/proc/$lp/comm" 2>/dev/null)" = libvirtd ]; then
+if alive libvirtd libvirtd; then
   V="virsh -q -c qemu:///system"
   for d in $($V list --name --state-running --state-paused 2>/dev/null); do
     $V destroy "$d" >/dev/null && log "destroyed $d"
@@ -35,27 +35,12 @@ if [ -n "$lp" ] && [ "$(cat "/proc/$lp/comm" 2>/dev/null)" = libvirtd ]; then
 fi
 
 # 2. Stop recorded processes, newest first, by PID.
-if [ -f "$PIDS" ]; then
-  tac "$PIDS" | while read -r name pid; do
-    [ -n "$pid" ] || continue
-    if [ -d "/proc/$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]; then
-      kill -TERM "$pid"
-      for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
-      if [ -d "/proc/$pid" ]; then
-        kill -KILL "$pid"
-        log "killed -9 $name ($pid)"
-      else
-        log "stopped $name ($pid)"
-      fi
-    fi
-  done
-  : >"$PIDS"
-fi
+stop_recorded
 
 # 3. Everything else only with --purge.
 if [ $PURGE = 1 ]; then
   mountpoint -q "$LAB/tiny-pool" && umount "$LAB/tiny-pool" && log "tiny pool tmpfs unmounted"
-  case " $(ip netns list | awk '{print $1}' | tr '\n' ' ') " in *" $NS "*) ip netns del "$NS" && log "netns $NS deleted" ;; esac
+  has_netns "$NS" && ip netns del "$NS" && log "netns $NS deleted"
   rm -rf "$LAB/ssh" "$LAB/env.json" "$LAB/dnsmasq.leases" "$LAB/pool" "$LAB/tiny-pool"
 fi
 log "down"

@@ -28,8 +28,10 @@ DHCP_RANGE=198.51.100.100,198.51.100.199,255.255.255.0,1h
 SSH_PORT=${LAB_SSH_PORT:-2222}
 SOCK=/var/run/libvirt/libvirt-sock
 TINY_MIB=8
-log() { echo "[lab-up] $*"; }
-fail() { echo "[lab-up] FAILED: $*" >&2; exit 1; }
+LOG_TAG=lab-up
+LOGS=$LAB/logs
+# shellcheck source-path=SCRIPTDIR source=lab-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lab-lib.sh"
 now() { date +%s%N; }
 ms_since() { echo $((($(now) - $1) / 1000000)); }
 
@@ -41,27 +43,8 @@ mkdir -p "$LAB" "$LAB/pool" "$LAB/tiny-pool" "$LAB/ssh" "$LAB/logs"
 chmod 700 "$LAB/ssh"
 touch "$PIDS"
 
-# ---- PID bookkeeping: a recorded PID counts only while its command name still matches --------------
-pid_of() { awk -v n="$1" '$1==n {p=$2} END {print p}' "$PIDS"; }
-alive() {
-  local p
-  p=$(pid_of "$1")
-  [ -n "$p" ] && [ -d "/proc/$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$2" ]
-}
-record() {
-  grep -v "^$1 " "$PIDS" >"$PIDS.tmp" || true
-  echo "$1 $2" >>"$PIDS.tmp"
-  mv "$PIDS.tmp" "$PIDS"
-}
-wait_for() { # wait_for TENTHS DESCRIPTION COMMAND...
-  local tenths=$1 what=$2
-  shift 2
-  for _ in $(seq "$tenths"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  fail "$what did not come up within $((tenths / 10)) s; see $LAB/logs"
-}
-
 # ---- 1. network namespace + bridge ----------------------------------------------------------------
-case " $(ip netns list | awk '{print $1}' | tr '\n' ' ') " in *" $NS "*) ;; *) ip netns add "$NS" ;; esac
+has_netns "$NS" || ip netns add "$NS"
 ip -n "$NS" link set lo up
 ip -n "$NS" link show "$BR" >/dev/null 2>&1 || ip -n "$NS" link add "$BR" type bridge
 ip -n "$NS" link set "$BR" up

@@ -9,29 +9,19 @@ NS=${STOCK_NETNS:-egress-stock}
 SSH_USER=${STOCK_SSH_USER:-egress-stock}
 PIDS=$STOCK/pids
 SOCK=$STOCK/root/run/libvirt/libvirt-sock
-log() { echo "[stock-down] $*"; }
-pid_of() { [ -f "$PIDS" ] && awk -v n="$1" '$1==n {p=$2} END {print p}' "$PIDS"; }
+LOG_TAG=stock-down
+# shellcheck source-path=SCRIPTDIR source=lab-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lab-lib.sh"
 
-lp=$(pid_of libvirtd)
-if [ -n "$lp" ] && [ "$(cat "/proc/$lp/comm" 2>/dev/null)" = libvirtd ]; then
+if alive libvirtd libvirtd; then
   V="virsh -q -c qemu:///system?socket=$SOCK"
   for d in $($V list --name --state-running --state-paused 2>/dev/null); do $V destroy "$d" >/dev/null && log "destroyed $d"; done
   $V net-destroy default >/dev/null 2>&1 && log "network default stopped"
 fi
-if [ -f "$PIDS" ]; then
-  tac "$PIDS" | while read -r name pid; do
-    [ -n "$pid" ] || continue
-    if [ -d "/proc/$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]; then
-      kill -TERM "$pid"
-      for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
-      if [ -d "/proc/$pid" ]; then kill -KILL "$pid"; log "killed -9 $name ($pid)"; else log "stopped $name ($pid)"; fi
-    fi
-  done
-  : >"$PIDS"
-fi
+stop_recorded
 if [ "${1:-}" = "--purge" ]; then
   ip link del stock-host 2>/dev/null && log "veth stock-host removed"
-  case " $(ip netns list | awk '{print $1}' | tr '\n' ' ') " in *" $NS "*) ip netns del "$NS" && log "netns $NS deleted" ;; esac
+  has_netns "$NS" && ip netns del "$NS" && log "netns $NS deleted"
   rm -rf "$STOCK"
   id "$SSH_USER" >/dev/null 2>&1 && userdel "$SSH_USER" && log "user $SSH_USER removed"
 fi

@@ -34,8 +34,10 @@ HOST_ADDR=$SUBNET.254/24
 ROOT=$STOCK/root
 PIDS=$STOCK/pids
 SOCK=$ROOT/run/libvirt/libvirt-sock
-log() { echo "[stock-up] $*"; }
-fail() { echo "[stock-up] FAILED: $*" >&2; exit 1; }
+LOG_TAG=stock-up
+LOGS=$STOCK/logs
+# shellcheck source-path=SCRIPTDIR source=lab-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lab-lib.sh"
 
 [ "$(id -u)" = 0 ] || fail "the stock-host lab needs root (namespaces, a system libvirtd, a user account)"
 for bin in ip unshare /usr/sbin/libvirtd /usr/sbin/virtlogd virsh /usr/sbin/dnsmasq /usr/sbin/iptables /usr/sbin/sshd ssh-keygen; do
@@ -43,23 +45,6 @@ for bin in ip unshare /usr/sbin/libvirtd /usr/sbin/virtlogd virsh /usr/sbin/dnsm
 done
 getent group libvirt >/dev/null || fail "group libvirt is missing (libvirt-daemon-system creates it)"
 
-pid_of() { [ -f "$PIDS" ] && awk -v n="$1" '$1==n {p=$2} END {print p}' "$PIDS"; }
-alive() {
-  local p
-  p=$(pid_of "$1")
-  [ -n "$p" ] && [ -d "/proc/$p" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$2" ]
-}
-record() {
-  grep -v "^$1 " "$PIDS" >"$PIDS.tmp" || true
-  echo "$1 $2" >>"$PIDS.tmp"
-  mv "$PIDS.tmp" "$PIDS"
-}
-wait_for() { # wait_for TENTHS DESCRIPTION COMMAND...
-  local tenths=$1 what=$2
-  shift 2
-  for _ in $(seq "$tenths"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  fail "$what did not come up within $((tenths / 10)) s; see $STOCK/logs"
-}
 V() { virsh -q -c "qemu:///system?socket=$SOCK" "$@"; }
 
 # `stock-host-up.sh link`: attach this machine's leg to virbr0 (after `egress-proxies doctor --fix`).
@@ -100,7 +85,7 @@ touch "$PIDS"
 # ---- 1. network namespace and this machine's leg ----------------------------------------------------
 clash=$(ip -4 -o route show to match $SUBNET.1 | grep -v '^default' | grep -v 'dev stock-host' || true)
 [ -z "$clash" ] || fail "this machine already routes $SUBNET.0/24 elsewhere: $clash"
-case " $(ip netns list | awk '{print $1}' | tr '\n' ' ') " in *" $NS "*) ;; *) ip netns add "$NS" ;; esac
+has_netns "$NS" || ip netns add "$NS"
 ip -n "$NS" link set lo up
 if ! ip link show stock-host >/dev/null 2>&1; then
   ip link add stock-host type veth peer name stock-host-br

@@ -172,3 +172,41 @@ export function startTcpEchoServer(host: string): Promise<RunningServer> {
     new Set(),
   );
 }
+
+/** An absolute-form GET through the proxy, with Proxy-Authorization when credentials are given. */
+export function getThroughProxy(
+  proxy: { host: string; port: number },
+  targetUrl: string,
+  credentials?: { user: string; password: string },
+): Promise<{ status: number; body: string }> {
+  const headers: Record<string, string> = { host: new URL(targetUrl).host };
+  if (credentials !== undefined)
+    headers["proxy-authorization"] =
+      "Basic " + Buffer.from(`${credentials.user}:${credentials.password}`).toString("base64");
+  return new Promise((resolveResponse, reject) => {
+    const req = request(
+      {
+        host: proxy.host,
+        port: proxy.port,
+        method: "GET",
+        path: targetUrl,
+        headers,
+        timeout: 10_000,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (chunk: Buffer) => chunks.push(chunk));
+        res.on("end", () =>
+          resolveResponse({
+            status: res.statusCode ?? 0,
+            body: Buffer.concat(chunks).toString("utf8"),
+          }),
+        );
+        res.on("error", reject);
+      },
+    );
+    req.on("timeout", () => req.destroy(new Error("no answer from the proxy within 10 s")));
+    req.on("error", reject);
+    req.end();
+  });
+}

@@ -1,0 +1,100 @@
+import { PveSimulator, type SimulatorOptions } from "../pve-sim/simulator";
+import {
+  DynamicProviderServer,
+  FakeEngine,
+  packIntoConsumerProject,
+  type ConsumerProject,
+  type Props,
+} from "./harness";
+
+/**
+ * The setup the engine tests that need no lab share: one consumer project
+ * packed for the suite, and dynamic-provider servers, fake engines and
+ * Proxmox simulators started on demand. Call it inside a `describe`: it
+ * registers that suite's `before` (pack) and `after` (stop every server, then
+ * every engine, settle and close every simulator, remove the project).
+ */
+export interface EngineFixture {
+  /** The packed consumer project; available once the suite's `before` has run. */
+  readonly project: ConsumerProject;
+  /** Starts a server that is stopped after the suite; configures it when `config` is given. */
+  startServer(options?: {
+    config?: Record<string, string>;
+    env?: NodeJS.ProcessEnv;
+    /** Whose address the server logs to. */
+    engine?: FakeEngine;
+  }): Promise<DynamicProviderServer>;
+  startEngine(): Promise<FakeEngine>;
+  /** A listening simulator whose guest agent answers after 20 ms unless `options` say otherwise. */
+  startSimulator(options?: SimulatorOptions): Promise<PveSimulator>;
+}
+
+export function useEngineFixture(): EngineFixture {
+  let project: ConsumerProject | undefined;
+  const servers: DynamicProviderServer[] = [];
+  const engines: FakeEngine[] = [];
+  const simulators: PveSimulator[] = [];
+
+  before(() => {
+    project = packIntoConsumerProject();
+  });
+
+  after(async () => {
+    await Promise.all(servers.map((server) => server.stop()));
+    await Promise.all(engines.map((engine) => engine.stop()));
+    for (const sim of simulators) {
+      await sim.settle();
+      await sim.close();
+    }
+    project?.remove();
+  });
+
+  const fixture: EngineFixture = {
+    get project(): ConsumerProject {
+      if (!project) throw new Error("the consumer project is packed in the suite's before hook");
+      return project;
+    },
+    async startServer(options = {}) {
+      const server = await DynamicProviderServer.start(
+        fixture.project,
+        undefined,
+        options.env,
+        options.engine?.address,
+      );
+      servers.push(server);
+      if (options.config) await server.configure(options.config);
+      return server;
+    },
+    async startEngine() {
+      const engine = await FakeEngine.start();
+      engines.push(engine);
+      return engine;
+    },
+    async startSimulator(options = {}) {
+      const sim = new PveSimulator({ agentDelayMs: 20, ...options });
+      simulators.push(sim);
+      await sim.listen();
+      return sim;
+    },
+  };
+  return fixture;
+}
+
+/**
+ * A ProxmoxProxy's arguments for the simulator's node `pve` (template 9000,
+ * storages `local-lvm` and `seeds`, ready once it has an address, deadlines
+ * that fit a test), with `overrides` on top.
+ */
+export function simulatorProxyArgs(sim: PveSimulator, overrides: Props = {}): Props {
+  return {
+    apiEndpoint: sim.endpoint,
+    caCertPem: sim.caCertPem,
+    node: "pve",
+    templateVmid: 9000,
+    diskStorage: "local-lvm",
+    seedStorage: "seeds",
+    readiness: { mode: "address" },
+    timeouts: { createSeconds: 60, readySeconds: 20, deleteSeconds: 60 },
+    ...overrides,
+  };
+}
