@@ -7,6 +7,20 @@
 import * as pulumi from "@pulumi/pulumi";
 import { secretOutputNames, withSecretInputs } from "./secrets";
 
+/** `egressCheck`, the same on every resource (provider/common/egress.ts checks it). */
+export type EgressCheckArgs = pulumi.Input<{
+  url: pulumi.Input<string>;
+  field?: pulumi.Input<string>;
+  proxyAuth?: pulumi.Input<{ user: pulumi.Input<string>; password: pulumi.Input<string> }>;
+}>;
+
+/** Our own timeouts, the same on every resource (Pulumi ignores customTimeouts for dynamic resources). */
+export type TimeoutsArgs = pulumi.Input<{
+  createSeconds?: pulumi.Input<number>;
+  readySeconds?: pulumi.Input<number>;
+  deleteSeconds?: pulumi.Input<number>;
+}>;
+
 export function resourceProps(
   name: string,
   args: object & { vmName?: unknown },

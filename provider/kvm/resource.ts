@@ -1,5 +1,10 @@
 import * as pulumi from "@pulumi/pulumi";
-import { resourceOptions, resourceProps } from "../common/resource-props";
+import {
+  resourceOptions,
+  resourceProps,
+  type EgressCheckArgs,
+  type TimeoutsArgs,
+} from "../common/resource-props";
 import * as implementation from "./provider";
 import { kvmProxyInputsSchema } from "./schema";
 
@@ -95,17 +100,9 @@ export interface KvmProxyArgs {
    * readiness failure. `url` answers with the caller's address as plain text
    * or JSON (`field`, default ip/origin/address/query). Stored as a secret.
    */
-  egressCheck?: pulumi.Input<{
-    url: pulumi.Input<string>;
-    field?: pulumi.Input<string>;
-    proxyAuth?: pulumi.Input<{ user: pulumi.Input<string>; password: pulumi.Input<string> }>;
-  }>;
+  egressCheck?: EgressCheckArgs;
   /** Our own timeouts (Pulumi ignores customTimeouts for dynamic resources). */
-  timeouts?: pulumi.Input<{
-    createSeconds?: pulumi.Input<number>;
-    readySeconds?: pulumi.Input<number>;
-    deleteSeconds?: pulumi.Input<number>;
-  }>;
+  timeouts?: TimeoutsArgs;
 }
 
 /** One egress proxy VM on a libvirt/KVM host, reached over SSH or the local libvirt socket. */

@@ -1,5 +1,10 @@
 import * as pulumi from "@pulumi/pulumi";
-import { resourceOptions, resourceProps } from "../common/resource-props";
+import {
+  resourceOptions,
+  resourceProps,
+  type EgressCheckArgs,
+  type TimeoutsArgs,
+} from "../common/resource-props";
 import * as implementation from "./provider";
 import { proxmoxProxyInputsSchema } from "./schema";
 
@@ -73,17 +78,9 @@ export interface ProxmoxProxyArgs {
    * readiness failure. `url` answers with the caller's address as plain text
    * or JSON (`field`, default ip/origin/address/query). Stored as a secret.
    */
-  egressCheck?: pulumi.Input<{
-    url: pulumi.Input<string>;
-    field?: pulumi.Input<string>;
-    proxyAuth?: pulumi.Input<{ user: pulumi.Input<string>; password: pulumi.Input<string> }>;
-  }>;
+  egressCheck?: EgressCheckArgs;
   /** Our own timeouts (Pulumi ignores customTimeouts for dynamic resources). */
-  timeouts?: pulumi.Input<{
-    createSeconds?: pulumi.Input<number>;
-    readySeconds?: pulumi.Input<number>;
-    deleteSeconds?: pulumi.Input<number>;
-  }>;
+  timeouts?: TimeoutsArgs;
 }
 
 /** One egress proxy VM on a Proxmox VE node, cloned from a template through the REST API. */

@@ -1,5 +1,10 @@
 import * as pulumi from "@pulumi/pulumi";
-import { resourceOptions, resourceProps } from "../common/resource-props";
+import {
+  resourceOptions,
+  resourceProps,
+  type EgressCheckArgs,
+  type TimeoutsArgs,
+} from "../common/resource-props";
 import * as implementation from "./provider";
 import { staticProxyInputsSchema } from "./schema";
 
@@ -34,16 +39,8 @@ export interface StaticProxyArgs {
    * the target saw as `egressIp`. Without `proxyAuth`, the proxy URL's own
    * credentials are sent. See docs/egress.md.
    */
-  egressCheck?: pulumi.Input<{
-    url: pulumi.Input<string>;
-    field?: pulumi.Input<string>;
-    proxyAuth?: pulumi.Input<{ user: pulumi.Input<string>; password: pulumi.Input<string> }>;
-  }>;
-  timeouts?: pulumi.Input<{
-    createSeconds?: pulumi.Input<number>;
-    readySeconds?: pulumi.Input<number>;
-    deleteSeconds?: pulumi.Input<number>;
-  }>;
+  egressCheck?: EgressCheckArgs;
+  timeouts?: TimeoutsArgs;
 }
 
 /**
