@@ -22,9 +22,7 @@ import { createInterface } from "node:readline";
 import { poolUserData, squidCloudConfig } from "../../components/squid-cloud-init";
 import { tryTcpConnect } from "../../provider/common/readiness";
 import { closeAllHosts } from "../../provider/kvm/connect";
-import { baseImageMarkerName, baseImageVolumeName } from "../../provider/kvm/naming";
 import * as kvm from "../../provider/kvm/provider";
-import { Procedures } from "../../provider/libvirt-rpc-xdr";
 import { openLocalLibvirt } from "../../provider/ssh/local";
 import { packIntoConsumerProject, type ConsumerProject } from "../engine/harness";
 import { useLab, type LabEnv } from "./fixture";
@@ -32,6 +30,7 @@ import {
   ensureProxyImage,
   labConnection,
   linkHostToLab,
+  removeCachedBaseImage,
   serveImage,
   type ProxyImage,
   type RunningServer,
@@ -249,18 +248,7 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
   async function removeBaseImage(): Promise<void> {
     const inspector = await openLocalLibvirt({ socketPath: lab.libvirtSocket });
     try {
-      const pool = await inspector.call(Procedures.storagePoolLookupByName, { name: lab.pool });
-      const base = baseImageVolumeName({
-        url: imageServer.url,
-        sha256: image.sha256,
-        format: "qcow2",
-      });
-      for (const name of [base, baseImageMarkerName(base)]) {
-        const vol = await inspector
-          .call(Procedures.storageVolLookupByName, { pool, name })
-          .catch(() => undefined);
-        if (vol) await inspector.call(Procedures.storageVolDelete, { vol, flags: 0 });
-      }
+      await removeCachedBaseImage(inspector, lab.pool, imageServer.url, image.sha256);
     } finally {
       await inspector.close();
       await imageServer.close();

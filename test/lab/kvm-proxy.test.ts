@@ -12,12 +12,7 @@ import { createMark } from "../../provider/common/mark";
 import { Deadline } from "../../provider/common/deadline";
 import { closeAllHosts, dialCount, openHost } from "../../provider/kvm/connect";
 import { buildDomainXml } from "../../provider/kvm/domain-xml";
-import {
-  baseImageMarkerName,
-  baseImageVolumeName,
-  overlayVolumeName,
-  seedVolumeName,
-} from "../../provider/kvm/naming";
+import { baseImageVolumeName, overlayVolumeName, seedVolumeName } from "../../provider/kvm/naming";
 import * as kvm from "../../provider/kvm/provider";
 import { Procedures, type LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
 import { openLocalLibvirt } from "../../provider/ssh/local";
@@ -29,6 +24,7 @@ import {
   ensureProxyImage,
   labConnection,
   linkHostToLab,
+  removeCachedBaseImage,
   serveImage,
   serveTarget,
   type ProxyImage,
@@ -77,16 +73,8 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
    * and so its base volume, is new: the first create really downloads. Other
    * runs' bases (a concurrent run, say) are left alone; this run's go at the end.
    */
-  async function removeBaseImage(url: string): Promise<void> {
-    const pool = await inspector.call(Procedures.storagePoolLookupByName, { name: lab.pool });
-    const base = baseImageVolumeName({ url, sha256: image.sha256, format: "qcow2" });
-    for (const name of [base, baseImageMarkerName(base)]) {
-      const vol = await inspector
-        .call(Procedures.storageVolLookupByName, { pool, name })
-        .catch(() => undefined);
-      if (vol) await inspector.call(Procedures.storageVolDelete, { vol, flags: 0 });
-    }
-  }
+  const removeBaseImage = (url: string): Promise<void> =>
+    removeCachedBaseImage(inspector, lab.pool, url, image.sha256);
 
   /** The same bytes under another URL: a separate cache entry for the parallel test. */
   const parallelImageUrl = (): string => `${imageServer.url}?set=parallel`;

@@ -10,18 +10,19 @@ import { strict as assert } from "node:assert";
 import { execFileSync } from "node:child_process";
 import { errorClassOf } from "../../provider/common/errors";
 import { closeAllHosts } from "../../provider/kvm/connect";
-import {
-  baseImageMarkerName,
-  baseImageVolumeName,
-  overlayVolumeName,
-  seedVolumeName,
-} from "../../provider/kvm/naming";
+import { overlayVolumeName, seedVolumeName } from "../../provider/kvm/naming";
 import * as kvm from "../../provider/kvm/provider";
 import { Procedures, type LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
 import { openLocalLibvirt } from "../../provider/ssh/local";
 import { useLab, type LabEnv } from "./fixture";
 import { domainXml } from "./helpers";
-import { ensureProxyImage, serveImage, type ProxyImage, type RunningServer } from "./kvm-support";
+import {
+  ensureProxyImage,
+  removeCachedBaseImage,
+  serveImage,
+  type ProxyImage,
+  type RunningServer,
+} from "./kvm-support";
 
 type Props = Record<string, unknown>;
 const owner = { project: "egress-lab", stack: "kvm-read-test", resource: "proxy" };
@@ -45,18 +46,7 @@ describe("KvmProxy read in the lab: drift, identity by UUID, adoption", function
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
     if (inspector && imageServer) {
       // This run's base image (its URL carries this run's port) goes with it.
-      const pool = await inspector.call(Procedures.storagePoolLookupByName, { name: lab.pool });
-      const base = baseImageVolumeName({
-        url: imageServer.url,
-        sha256: image.sha256,
-        format: "qcow2",
-      });
-      for (const name of [base, baseImageMarkerName(base)]) {
-        const vol = await inspector
-          .call(Procedures.storageVolLookupByName, { pool, name })
-          .catch(() => undefined);
-        if (vol) await inspector.call(Procedures.storageVolDelete, { vol, flags: 0 });
-      }
+      await removeCachedBaseImage(inspector, lab.pool, imageServer.url, image.sha256);
     }
     await inspector?.close();
     await closeAllHosts();

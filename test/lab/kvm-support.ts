@@ -11,6 +11,8 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { resolve } from "node:path";
 import { promisify } from "node:util";
+import { Procedures, type LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
+import { baseImageMarkerName, baseImageVolumeName } from "../../provider/kvm/naming";
 import { LAB_SCRIPTS_DIR, type LabEnv } from "./lab";
 
 const run = promisify(execFile);
@@ -135,3 +137,24 @@ runcmd:
   - [systemctl, restart, squid]
   - [touch, /run/egress-user-runcmd-done]
 `;
+
+/**
+ * Removes the cached base image (and its marker) of one image URL from a pool.
+ * Lab tests serve the image on a new port each run, so the URL, and the base,
+ * are that run's own: removing it never touches a base another run uses.
+ */
+export async function removeCachedBaseImage(
+  inspector: LibvirtConnection,
+  poolName: string,
+  url: string,
+  sha256: string,
+): Promise<void> {
+  const pool = await inspector.call(Procedures.storagePoolLookupByName, { name: poolName });
+  const base = baseImageVolumeName({ url, sha256, format: "qcow2" });
+  for (const name of [base, baseImageMarkerName(base)]) {
+    const vol = await inspector
+      .call(Procedures.storageVolLookupByName, { pool, name })
+      .catch(() => undefined);
+    if (vol) await inspector.call(Procedures.storageVolDelete, { vol, flags: 0 });
+  }
+}
