@@ -1,13 +1,20 @@
 # shellcheck shell=bash
-# Sourced by lab-up.sh, lab-down.sh, stock-host-up.sh and stock-host-down.sh: the logging and the PID
-# bookkeeping both lab profiles share. A recorded PID counts only while its command name still matches,
-# so a PID reused by another process is never signalled. The sourcing script sets:
+# Sourced by lab-up.sh, lab-down.sh, stock-host-up.sh and stock-host-down.sh: what both lab profiles
+# share. The sourcing script sets:
 #   LOG_TAG : the prefix of every line it logs (e.g. lab-up)
 #   PIDS    : its "NAME PID" file
 #   LOGS    : the directory a failure of wait_for points to (up scripts only)
+#
+# Nothing a lab sets up may outlive it: every change outside the lab's own directory is recorded when it
+# is made (an "undo" line in $STATE_DIR/undo) and taken back by `undo_recorded`, newest first, on
+# `--purge`. A recorded PID counts only while its command name still matches, so a PID reused by
+# another process is never signalled.
 
 log() { echo "[$LOG_TAG] $*"; }
-fail() { echo "[$LOG_TAG] FAILED: $*" >&2; exit 1; }
+fail() {
+  echo "[$LOG_TAG] FAILED: $*" >&2
+  exit 1
+}
 
 pid_of() { [ -f "$PIDS" ] && awk -v n="$1" '$1==n {p=$2} END {print p}' "$PIDS"; }
 alive() { # alive NAME COMM: the process recorded as NAME runs and is still COMM
@@ -47,3 +54,103 @@ stop_recorded() {
 }
 
 has_netns() { case " $(ip netns list | awk '{print $1}' | tr '\n' ' ') " in *" $1 "*) return 0 ;; esac; return 1; }
+
+# ---- changes outside the lab directory, and their undoing ------------------------------------------
+# The undo list lives outside the lab directory (that directory is removed last), one command per line.
+remember_undo() { # remember_undo COMMAND...: run by undo_recorded, newest first
+  printf '%q ' "$@" >>"$UNDO"
+  echo >>"$UNDO"
+}
+undo_recorded() {
+  [ -f "$UNDO" ] || return 0
+  local line
+  tac "$UNDO" | while IFS= read -r line; do
+    [ -n "$line" ] || continue
+    eval "$line" || log "could not undo: $line"
+  done
+  rm -f "$UNDO"
+}
+
+# Creates a directory that may not exist yet, and records its removal (only if it is empty by then).
+make_dir_undone() { # make_dir_undone PATH
+  [ -d "$1" ] && return 0
+  mkdir -p "$1"
+  remember_undo rmdir --ignore-fail-on-non-empty "$1"
+}
+
+# `ip netns add` turns /run/netns into a shared bind mount the first time and never undoes it. Claimed
+# once per machine (a marker beside it): the last lab down undoes it when no namespace is left.
+NETNS_CLAIM=/run/egress-lab-netns-mount
+claim_netns_mount() {
+  [ -f "$NETNS_CLAIM" ] && return 0
+  if ! mountpoint -q /run/netns 2>/dev/null; then
+    if [ -d /run/netns ]; then echo mount >"$NETNS_CLAIM"; else echo dir >"$NETNS_CLAIM"; fi
+  fi
+}
+release_netns_mount() {
+  [ -f "$NETNS_CLAIM" ] || return 0
+  [ -z "$(ip netns list)" ] || return 0
+  mountpoint -q /run/netns && umount /run/netns && log "/run/netns unmounted (as before the labs)"
+  [ "$(cat "$NETNS_CLAIM")" = dir ] && rmdir /run/netns 2>/dev/null
+  rm -f "$NETNS_CLAIM"
+}
+
+# A /24 that nothing on this machine routes, uses or needs (test/lab/free-subnet.py).
+pick_subnet() { # pick_subnet [EXCLUDED_CIDR]...
+  local args=() cidr
+  for cidr in "$@"; do [ -n "$cidr" ] && args+=(--exclude "$cidr"); done
+  /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/free-subnet.py" "${args[@]}" ||
+    fail "no free /24 for the lab (see above); free one of the candidates or set the lab's range by hand"
+}
+
+# Runs "$@" in netns $1 with a private mount namespace where libvirt's directories are the lab's own
+# ($2/etc, $2/run, $2/var-lib, $2/var-cache, $2/var-log): a lab's daemons never write to the machine's
+# /etc/libvirt or /var/lib/libvirt. $3 is a shell command run there first (extra mounts), or "". The
+# mount points must exist (the packages make all but /run/libvirt: make_dir_undone it first).
+in_private_root() { # in_private_root NETNS ROOT SETUP COMMAND...
+  local ns=$1 root=$2 setup=$3
+  shift 3
+  exec ip netns exec "$ns" unshare --mount --propagation private -- /bin/sh -c '
+    R=$1 SETUP=$2; shift 2
+    mount --bind "$R/etc" /etc/libvirt && mount --bind "$R/run" /run/libvirt &&
+      mount --bind "$R/var-lib" /var/lib/libvirt && mount --bind "$R/var-cache" /var/cache/libvirt &&
+      mount --bind "$R/var-log" /var/log/libvirt && eval "$SETUP" && exec "$@"' sh "$root" "$setup" "$@"
+}
+
+# The private root's /etc/libvirt: the packages' configuration files, without the machine's pools,
+# domains, networks or secrets.
+make_private_root() { # make_private_root ROOT
+  local root=$1
+  mkdir -p "$root"/{etc,run,var-lib,var-cache,var-log}
+  if [ ! -f "$root/etc/libvirtd.conf" ]; then
+    cp -a /etc/libvirt/. "$root/etc/"
+    rm -rf "$root/etc/storage" "$root/etc/qemu" "$root/etc/secrets"
+    mkdir -p "$root/etc/storage/autostart" "$root/etc/qemu/networks/autostart"
+  fi
+  mkdir -p "$root/var-lib"/{boot,dnsmasq,images,qemu,sanlock}
+  chmod 711 "$root/var-lib/boot" "$root/var-lib/images"
+  chmod 700 "$root/var-lib/sanlock"
+  chown libvirt-qemu:libvirt-qemu "$root/var-lib/qemu" && chmod 750 "$root/var-lib/qemu"
+}
+
+# qemu processes whose command line names a file under DIR: guests of a lab whose libvirtd died before
+# it could destroy them. Only a lab's own files are under DIR, so these are the lab's own processes.
+stop_orphan_guests() { # stop_orphan_guests DIR
+  local cmdline pid
+  for cmdline in /proc/[0-9]*/cmdline; do
+    pid=${cmdline#/proc/}
+    pid=${pid%/cmdline}
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = qemu-system-x86 ] || continue
+    if tr '\0' '\n' <"$cmdline" 2>/dev/null | grep -q "$1/"; then
+      kill -KILL "$pid" && log "killed qemu $pid, a guest of this lab left without its libvirtd"
+    fi
+  done
+}
+
+# Starts "$@" detached from the caller's session (a test runner's Ctrl-C or process-group kill must not
+# reach the lab's daemons: they are stopped by lab-down.sh, guests first).
+start_daemon() { # start_daemon LOGFILE COMMAND...
+  local out=$1
+  shift
+  setsid nohup "$@" >"$out" 2>&1 </dev/null &
+}
