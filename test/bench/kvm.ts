@@ -79,7 +79,7 @@ async function countRpcRounds(
 
 export async function runKvmBenchmarks(): Promise<void> {
   const lab = await useLab();
-  const image = await ensureProxyImage(lab);
+  const image = await ensureProxyImage();
   const server = await serveImage(image);
   const scratch = join(tmpdir(), `egress-bench-kvm-${process.pid}`);
   const inputsFor = async (vmName: string) =>

@@ -40,7 +40,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
 
   before(async () => {
     lab = await useLab();
-    const image = await ensureProxyImage(lab);
+    const image = await ensureProxyImage();
     imageSha256 = image.sha256;
     imageServer = await serveImage(image);
     project = packIntoConsumerProject();

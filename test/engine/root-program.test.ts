@@ -98,7 +98,7 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
   before(async () => {
     lab = await useLab();
     const hostAddress = await linkHostToLab(lab);
-    image = await ensureProxyImage(lab);
+    image = await ensureProxyImage();
     imageServer = await serveImage(image);
     target = await serveTarget(hostAddress, "hello through the pool\n");
     sim = new PveSimulator({ agentDelayMs: 20 });
@@ -167,7 +167,7 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
         },
       ],
       kvmImage: { url: imageServer.url, sha256: image.sha256 },
-      squid: { allowedClientCidrs: ["198.51.100.0/24"], basicAuthUser: "crawler" },
+      squid: { allowedClientCidrs: [lab.subnet], basicAuthUser: "crawler" },
       // The simulator's VMs run no squid: finish at the address, then wait for squid below.
       readiness: "address",
     };

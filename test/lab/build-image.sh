@@ -4,40 +4,58 @@
 #   mmdebstrap -> directory rootfs -> mkfs.ext4 -d (at a byte offset inside a raw file)
 #   BIOS:  grub i386-pc boot.img + core.img written with dd into the MBR gap
 #   UEFI:  FAT ESP (mkfs.fat --offset + mcopy) with a grub x86_64-efi image as \EFI\BOOT\BOOTX64.EFI
-# Output: ${LAB_DIR:-/tmp/egress-lab}/img/debian-proxy-base.qcow2 (2 GiB virtual, ~500 MiB on disk)
 # Guest contents: linux-image-cloud-amd64, systemd, cloud-init (NoCloud only), qemu-guest-agent,
 # squid, ifupdown + isc-dhcp-client. Root password "lab" (serial console debugging only).
 # The guest has no route out of the lab, so everything a test VM runs must already be in here.
 #
+# The image is cached by the content of this recipe: $CACHE/lab-image/<sha256 of this file>/
+# debian-proxy-base.qcow2 (2 GiB virtual, ~500 MiB on disk) with its .sha256 beside it, where CACHE is
+# $EGRESS_LAB_CACHE or ~/.cache/egress-proxies. A cached image is used as it is; a change to this file
+# builds a new one and removes the images of older recipes. The cache is the one thing the test command
+# keeps on the machine (like npm's cache); the build's scratch space is removed whether it succeeds or not.
+#
 # NOTE: Debian's *cloud* kernel has no AHCI driver: attach the NoCloud seed cdrom on bus='ide'
 # (i440fx/'pc' machine) or bus='scsi' (virtio-scsi controller, works on q35), NOT bus='sata'.
 #
-# Usage: build-image.sh [--force-rootfs]
+# Usage: build-image.sh          build unless cached; print the image's path last
+#        build-image.sh --path   print the path the image has (or will have), build nothing
 set -euo pipefail
-IMG_DIR=${LAB_DIR:-/tmp/egress-lab}/img
-ROOTFS=$IMG_DIR/rootfs-proxy
+RECIPE=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)
+CACHE_ROOT=${EGRESS_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies}/lab-image
+IMG_DIR=$CACHE_ROOT/$RECIPE
 OUT=$IMG_DIR/debian-proxy-base.qcow2
+if [ "${1:-}" = "--path" ]; then
+  echo "$OUT"
+  exit 0
+fi
+if [ -f "$OUT" ] && [ -f "$OUT.sha256" ]; then
+  echo "[build-image] cached: $OUT"
+  echo "$OUT"
+  exit 0
+fi
+WORK=$CACHE_ROOT/$RECIPE.build
+ROOTFS=$WORK/rootfs-proxy
 DISK_SIZE_MIB=2048
 ESP_START=2048            # sectors
 ESP_SECTORS=131072        # 64 MiB
 ROOT_START=$((ESP_START + ESP_SECTORS))
+rm -rf "$WORK"
+trap 'rm -rf "$WORK"' EXIT
+started=$(date +%s)
 
 need() { for c in "$@"; do command -v "$c" >/dev/null || { echo "missing $c" >&2; exit 1; }; done; }
 if ! command -v mmdebstrap >/dev/null || ! command -v sfdisk >/dev/null || ! command -v mkfs.fat >/dev/null \
    || [ ! -d /usr/lib/grub/i386-pc ] || [ ! -d /usr/lib/grub/x86_64-efi ] || ! command -v mcopy >/dev/null; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-    mmdebstrap e2fsprogs fdisk dosfstools mtools grub-pc-bin grub-efi-amd64-bin grub2-common qemu-utils >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o Acquire::Retries=5 --no-install-recommends \
+    mmdebstrap e2fsprogs fdisk dosfstools mtools grub-pc-bin grub-efi-amd64-bin grub2-common qemu-utils
 fi
 need mmdebstrap sfdisk mkfs.ext4 mkfs.fat mcopy mmd grub-mkimage qemu-img
 
-mkdir -p "$IMG_DIR"
-cd "$IMG_DIR"
+mkdir -p "$WORK"
+cd "$WORK"
 
-# ---------- 1. rootfs (cached; ~2.5 min, ~460 MiB) ----------
-if [ "${1:-}" = "--force-rootfs" ]; then rm -rf "$ROOTFS"; fi
-if [ ! -f "$ROOTFS/.lab-complete" ]; then
-  rm -rf "$ROOTFS"
-  cat > "$IMG_DIR/customize.sh" <<'EOF'
+# ---------- 1. rootfs (~2 min, ~460 MiB) ----------
+cat > "$WORK/customize.sh" <<'EOF'
 #!/bin/sh
 set -e
 R="$1"
@@ -50,20 +68,16 @@ printf 'auto lo\niface lo inet loopback\nsource /etc/network/interfaces.d/*\n' >
 mkdir -p "$R/etc/network/interfaces.d"
 : > "$R/etc/hostname"
 EOF
-  chmod +x "$IMG_DIR/customize.sh"
-  # Use the host's own apt sources (deb822 file) so no mirror host is hard-coded here.
-  SOURCES=/etc/apt/sources.list.d/debian.sources
-  [ -f "$SOURCES" ] || SOURCES=/etc/apt/sources.list
-  mmdebstrap --variant=minbase \
-    --aptopt='APT::Install-Recommends "false"' \
-    --include=systemd-sysv,udev,kmod,e2fsprogs,linux-image-cloud-amd64,initramfs-tools,cloud-init,qemu-guest-agent,squid,ifupdown,isc-dhcp-client,iproute2,netbase,procps,iputils-ping \
-    --customize-hook="$IMG_DIR/customize.sh \"\$1\"" \
-    bookworm "$ROOTFS" "$SOURCES"
-  touch "$ROOTFS/.lab-complete"
-fi
-# keep the cloud-init tweak current even on a cached rootfs
-printf 'datasource_list: [ NoCloud, None ]\nlocale: C.UTF-8\n' > "$ROOTFS/etc/cloud/cloud.cfg.d/90-lab.cfg"
-rm -f "$ROOTFS/etc/cloud/cloud.cfg.d/90-lab-datasource.cfg"
+chmod +x "$WORK/customize.sh"
+# Use the host's own apt sources (deb822 file) so no mirror host is hard-coded here.
+SOURCES=/etc/apt/sources.list.d/debian.sources
+[ -f "$SOURCES" ] || SOURCES=/etc/apt/sources.list
+# Acquire::Retries: a transient network error while fetching a package is retried, not fatal.
+mmdebstrap --variant=minbase \
+  --aptopt='APT::Install-Recommends "false"' --aptopt='Acquire::Retries "5"' \
+  --include=systemd-sysv,udev,kmod,e2fsprogs,linux-image-cloud-amd64,initramfs-tools,cloud-init,qemu-guest-agent,squid,ifupdown,isc-dhcp-client,iproute2,netbase,procps,iputils-ping \
+  --customize-hook="$WORK/customize.sh \"\$1\"" \
+  bookworm "$ROOTFS" "$SOURCES"
 # mmdebstrap copies the build host's resolver; a lab guest has none (no route out), and a resolver that
 # never answers makes squid's start and apt time out for minutes. Empty: lookups fail at once.
 : > "$ROOTFS/etc/resolv.conf"
@@ -117,9 +131,15 @@ mkfs.fat -F 16 -n ESP --offset=$ESP_START disk.raw $((ESP_SECTORS/2)) >/dev/null
 mmd -i disk.raw@@$((ESP_START*512)) ::/EFI ::/EFI/BOOT
 mcopy -i disk.raw@@$((ESP_START*512)) grubsetup/BOOTX64.EFI ::/EFI/BOOT/BOOTX64.EFI
 
-# ---------- 4. qcow2 ----------
-rm -f "$OUT.tmp"
-qemu-img convert -f raw -O qcow2 disk.raw "$OUT.tmp"
-mv "$OUT.tmp" "$OUT"
-rm -f disk.raw
+# ---------- 4. qcow2, its digest, and only this recipe's image in the cache ----------
+mkdir -p "$IMG_DIR"
+qemu-img convert -f raw -O qcow2 disk.raw "$WORK/image.qcow2"
+sha256sum "$WORK/image.qcow2" | cut -d' ' -f1 >"$WORK/image.qcow2.sha256"
+mv "$WORK/image.qcow2" "$OUT"
+mv "$WORK/image.qcow2.sha256" "$OUT.sha256" # last: an image with its digest is complete
+for old in "$CACHE_ROOT"/*; do
+  [ "$old" = "$IMG_DIR" ] || [ "$old" = "$WORK" ] || rm -rf "$old"
+done
 qemu-img info "$OUT" | sed -n '1,4p'
+echo "[build-image] built in $(($(date +%s) - started)) s: $OUT"
+echo "$OUT"

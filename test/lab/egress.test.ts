@@ -36,9 +36,8 @@ import {
   type RunningServer,
 } from "./kvm-support";
 
-/** Inside 198.51.100.0/24: the echo service's address (on the lab netns) and the NAT source. */
-const ECHO_ADDRESS = "198.51.100.247";
-const NAT_ADDRESS = "198.51.100.246";
+/** Inside the lab's subnet: the echo service's address (on the lab netns) and the NAT source. */
+const labAddress = (lab: LabEnv, host: number) => lab.subnet.replace(/\.0\/24$/, `.${host}`);
 const AUTH = { user: "crawler", password: "egress lab secret" };
 const owner = { project: "egress-lab", stack: "egress-test", resource: "proxy" };
 const BIN = join(__dirname, "..", "..", "cli", "main.js");
@@ -109,6 +108,8 @@ pulumi.runtime
 describe("egress in the lab (two squid VMs, an echo service, one NAT address)", function () {
   this.timeout(900_000);
   let lab: LabEnv;
+  let echoAddress: string;
+  let natAddress: string;
   let image: ProxyImage;
   let imageServer: RunningServer;
   let ports: { direct: number; nat: number };
@@ -132,19 +133,21 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
       "-p",
       "tcp",
       "-d",
-      ECHO_ADDRESS,
+      echoAddress,
       "--dport",
       String(ports.nat),
       "-j",
       "SNAT",
       "--to-source",
-      NAT_ADDRESS,
+      natAddress,
     );
 
   before(async () => {
     lab = await useLab();
+    echoAddress = labAddress(lab, 247);
+    natAddress = labAddress(lab, 246);
     await linkHostToLab(lab);
-    image = await ensureProxyImage(lab);
+    image = await ensureProxyImage();
     imageServer = await serveImage(image);
     cleanups.push(() => removeBaseImage());
     dir = mkdtempSync(join(tmpdir(), "egress-lab-"));
@@ -174,11 +177,11 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
   /** The echo process inside the lab netns, its address on the netns's loopback, the SNAT rule. */
   async function startEcho(): Promise<void> {
     try {
-      labNs("ip", "addr", "add", `${ECHO_ADDRESS}/32`, "dev", "lo");
+      labNs("ip", "addr", "add", `${echoAddress}/32`, "dev", "lo");
     } catch (error) {
       if (!/File exists/.test(String((error as { stderr?: string }).stderr))) throw error;
     }
-    cleanups.push(() => labNs("ip", "addr", "del", `${ECHO_ADDRESS}/32`, "dev", "lo"));
+    cleanups.push(() => labNs("ip", "addr", "del", `${echoAddress}/32`, "dev", "lo"));
     const child = spawn(
       "ip",
       [
@@ -187,7 +190,7 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
         lab.netns,
         process.execPath,
         join(__dirname, "egress-echo.js"),
-        ECHO_ADDRESS,
+        echoAddress,
       ],
       { stdio: ["ignore", "pipe", "inherit"] },
     );
@@ -206,15 +209,15 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
     const userData = poolUserData(
       squidCloudConfig({
         port: 3128,
-        allowedClientCidrs: ["198.51.100.0/24"],
+        allowedClientCidrs: [lab.subnet],
         basicAuth: AUTH,
         extraConfigLines: [],
       }),
     );
     // One plain-text answer, one JSON answer: both parsers, on real squid.
     const egressChecks = [
-      { url: `http://${ECHO_ADDRESS}:${ports.nat}/`, proxyAuth: AUTH },
-      { url: `http://${ECHO_ADDRESS}:${ports.nat}/json`, field: "ip", proxyAuth: AUTH },
+      { url: `http://${echoAddress}:${ports.nat}/`, proxyAuth: AUTH },
+      { url: `http://${echoAddress}:${ports.nat}/json`, field: "ip", proxyAuth: AUTH },
     ];
     const inputs = await Promise.all(
       egressChecks.map(async (egressCheck, index) => {
@@ -274,9 +277,9 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
         BIN,
         "check",
         "--target",
-        `http://${ECHO_ADDRESS}:${ports.direct}/`,
+        `http://${echoAddress}:${ports.direct}/`,
         "--connect",
-        `${ECHO_ADDRESS}:${ports.direct}`,
+        `${echoAddress}:${ports.direct}`,
         ...args,
       ],
       stackOutputs(),
@@ -287,7 +290,7 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
   it("create checks egress through squid with basic auth: both proxies report the NAT address", () => {
     for (const [index, { outs }] of created.entries()) {
       assert.match(ipOf(index), /^198\.51\.100\.1\d\d$/);
-      assert.equal(outs.egressIp, NAT_ADDRESS, `proxy ${index}`);
+      assert.equal(outs.egressIp, natAddress, `proxy ${index}`);
       assert.ok(!Number.isNaN(Date.parse(String(outs.checkedAt))), String(outs.checkedAt));
     }
     assert.notEqual(ipOf(0), ipOf(1));
@@ -297,7 +300,7 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
     const prom = join(dir, "direct.prom");
     const run = await check(
       "--egress-url",
-      `http://${ECHO_ADDRESS}:${ports.direct}/json`,
+      `http://${echoAddress}:${ports.direct}/json`,
       "--json",
       "--prometheus",
       prom,
@@ -322,11 +325,11 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
   });
 
   it("two proxies behind one NAT address: check reports the shared egress", async () => {
-    const run = await check("--egress-url", `http://${ECHO_ADDRESS}:${ports.nat}/`);
+    const run = await check("--egress-url", `http://${echoAddress}:${ports.nat}/`);
     assert.equal(run.status, 0, run.stdout + run.stderr);
     const lines = run.stdout.split("\n");
     assert.equal(lines[0], "2 proxies: all up; 1 egress address, 1 shared by several proxies");
-    assert.ok(lines.includes(`  ${NAT_ADDRESS}: lab-0, lab-1`), run.stdout);
+    assert.ok(lines.includes(`  ${natAddress}: lab-0, lab-1`), run.stdout);
   });
 
   it("the pool with these outputs: shared egress reported; requireDistinctEgress fails before publishing", async () => {
@@ -341,7 +344,7 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
       project.dir,
     );
     const allowed = JSON.parse(lenient.stdout) as { groups: unknown; declared: string[] };
-    assert.deepEqual(allowed.groups, [{ address: NAT_ADDRESS, proxies: ["lab-0", "lab-1"] }]);
+    assert.deepEqual(allowed.groups, [{ address: natAddress, proxies: ["lab-0", "lab-1"] }]);
     assert.match(
       lenient.stderr,
       /warning: .*2 proxies leave from 1 distinct egress address; shared: 198\.51\.100\.246 \(lab-0, lab-1\)/,

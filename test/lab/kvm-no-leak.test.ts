@@ -66,7 +66,7 @@ describe("KvmProxy create never leaks (failures made for real in the lab)", func
   before(async function () {
     this.timeout(900_000);
     lab = await useLab();
-    image = await ensureProxyImage(lab);
+    image = await ensureProxyImage();
     imageServer = await serveImage(image);
     // A tiny base for the tiny pool: it fits, so the pool fills up at the seed instead.
     scratch = mkdtempSync(join(tmpdir(), "egress-noleak-"));

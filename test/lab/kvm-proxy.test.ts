@@ -20,7 +20,7 @@ import { guestTestTimeoutMs, kvmTimeouts } from "./budgets";
 import { useLab, type LabEnv } from "./fixture";
 import { LabGuests } from "./guests";
 import {
-  SQUID_USER_DATA,
+  squidUserData,
   ensureProxyImage,
   labConnection,
   linkHostToLab,
@@ -46,7 +46,7 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
   before(async () => {
     lab = await useLab();
     hostAddress = await linkHostToLab(lab);
-    image = await ensureProxyImage(lab);
+    image = await ensureProxyImage();
     imageServer = await serveImage(image, { chunked: true });
     target = await serveTarget(hostAddress, "hello through the egress proxy\n");
     inspector = await openLocalLibvirt({ socketPath: lab.libvirtSocket });
@@ -103,7 +103,7 @@ describe("KvmProxy in the lab (real libvirtd, qemu, cloud-init, squid)", functio
       domainType: "qemu",
       memoryMiB: 768,
       image: { url: imageServer.url, sha256: image.sha256 },
-      userData: SQUID_USER_DATA,
+      userData: squidUserData(lab),
       readiness: { mode: "port", port: 3128 },
       timeouts: kvmTimeouts(),
       ...overrides,

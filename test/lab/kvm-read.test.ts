@@ -37,7 +37,7 @@ describe("KvmProxy read in the lab: drift, identity by UUID, adoption", function
 
   before(async () => {
     lab = await useLab();
-    image = await ensureProxyImage(lab);
+    image = await ensureProxyImage();
     imageServer = await serveImage(image);
     inspector = await openLocalLibvirt({ socketPath: lab.libvirtSocket });
   });

@@ -5,8 +5,7 @@
  * shaped like a user's.
  */
 import { execFile } from "node:child_process";
-import { createHash } from "node:crypto";
-import { createReadStream, existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { createReadStream, readFileSync, statSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { resolve } from "node:path";
@@ -23,32 +22,27 @@ export interface ProxyImage {
   bytes: number;
 }
 
-/** Builds the image when it is missing (~3 min the first time on a fresh machine), else reuses it. */
-export async function ensureProxyImage(lab: LabEnv): Promise<ProxyImage> {
-  const path = `${lab.labDir}/img/debian-proxy-base.qcow2`;
-  if (!existsSync(path)) {
-    try {
-      await run("bash", [resolve(LAB_SCRIPTS_DIR, "build-image.sh")], {
-        timeout: 900_000,
-        env: { ...process.env, LAB_DIR: lab.labDir },
-        maxBuffer: 64 * 1024 * 1024,
-      });
-    } catch (error) {
-      const e = error as { stdout?: string; stderr?: string; message: string };
-      throw new Error(
-        `building the lab proxy image failed: ${e.message}\n${(e.stderr ?? "").slice(-4000)}`,
-      );
-    }
+/**
+ * The image from build-image.sh's cache (keyed by the recipe's content), built
+ * when missing (~2 min on a fresh machine; the test command builds it before
+ * the lab suites start). Its digest was written by the build, last.
+ */
+export async function ensureProxyImage(): Promise<ProxyImage> {
+  let path: string;
+  try {
+    const { stdout } = await run("bash", [resolve(LAB_SCRIPTS_DIR, "build-image.sh")], {
+      timeout: 900_000,
+      maxBuffer: 64 * 1024 * 1024,
+    });
+    path = stdout.trim().split("\n").at(-1)!;
+  } catch (error) {
+    const e = error as { stdout?: string; stderr?: string; message: string };
+    throw new Error(
+      `building the lab proxy image failed: ${e.message}\n${(e.stderr ?? "").slice(-4000)}`,
+    );
   }
-  const digestFile = `${path}.sha256`;
-  const bytes = statSync(path).size;
-  if (existsSync(digestFile) && statSync(digestFile).mtimeMs >= statSync(path).mtimeMs)
-    return { path, sha256: readFileSync(digestFile, "utf8").trim(), bytes };
-  const hash = createHash("sha256");
-  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
-  const sha256 = hash.digest("hex");
-  writeFileSync(digestFile, sha256);
-  return { path, sha256, bytes };
+  const sha256 = readFileSync(`${path}.sha256`, "utf8").trim();
+  return { path, sha256, bytes: statSync(path).size };
 }
 
 /** The lab's sshd as a KvmProxy `connection`, the way a user describes a hypervisor. */
@@ -62,12 +56,12 @@ export function labConnection(lab: LabEnv): Record<string, unknown> {
   };
 }
 
-/** Runs test/lab/host-link.sh: this netns gets 198.51.100.254 on the lab bridge. */
+/** Runs test/lab/host-link.sh: this netns gets the lab's host address (<subnet>.254) on the lab bridge. */
 export async function linkHostToLab(lab: LabEnv): Promise<string> {
   await run("bash", [resolve(LAB_SCRIPTS_DIR, "host-link.sh")], {
-    env: { ...process.env, LAB_NETNS: lab.netns },
+    env: { ...process.env, LAB_NETNS: lab.netns, LAB_DIR: lab.labDir },
   });
-  return "198.51.100.254";
+  return lab.hostAddress;
 }
 
 export interface RunningServer {
@@ -123,7 +117,7 @@ export async function serveTarget(hostAddress: string, body: string): Promise<Ru
 }
 
 /** The squid cloud-config a user would write: its own packages and runcmd, a comment, a YAML 1.10. */
-export const SQUID_USER_DATA = `#cloud-config
+export const squidUserData = (lab: LabEnv): string => `#cloud-config
 # squid for the egress pool (version pinned on purpose: 1.10 must stay 1.10)
 x-egress-config-version: 1.10
 packages: [squid]
@@ -131,7 +125,7 @@ write_files:
   - path: /etc/squid/conf.d/egress.conf
     content: |
       visible_hostname egress-proxy
-      acl egress_clients src 198.51.100.0/24
+      acl egress_clients src ${lab.subnet}
       http_access allow egress_clients
 runcmd:
   - [systemctl, restart, squid]

@@ -1,14 +1,16 @@
 /**
  * Bringing the lab up from Node (tests and benchmarks). `useLab()` runs
- * test/lab/lab-up.sh (idempotent: ~0.1 s when already up) and remembers which
- * processes this process started, so `stopWhatThisProcessStarted()` stops
- * exactly those, by PID, and leaves a lab someone else started alone. The
- * description is handed out again only while every recorded lab process is
- * still alive: after a stop (one bench suite ends, the next begins) the lab
- * is brought up anew instead of handing out a dead sshd's address. Failing to
- * start throws, loudly.
+ * test/lab/lab-up.sh (which reuses a complete running lab, e.g. the one the
+ * test command started for all suites) and remembers whether this process
+ * brought it up. If it did, `stopWhatThisProcessStarted()` takes the whole lab
+ * down again with `lab-down.sh --purge` (guests, daemons, namespace, links,
+ * files: the machine as before), also on SIGINT/SIGTERM; a lab someone else
+ * started is left alone. The description is handed out again only while every
+ * recorded lab process is still alive: after a stop (one bench suite ends, the
+ * next begins) the lab is brought up anew instead of handing out a dead sshd's
+ * address. Failing to start throws, loudly.
  */
-import { execFile } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { promisify } from "node:util";
@@ -24,6 +26,12 @@ export interface LabEnv {
   tinyPoolMiB: number;
   bridge: string;
   netns: string;
+  /** The lab's /24 ("A.B.C.0/24"), picked at lab-up from ranges nothing on this machine uses. */
+  subnet: string;
+  /** The bridge's own address (<subnet>.1) inside the lab netns. */
+  bridgeAddress: string;
+  /** This machine's address on the lab bridge (<subnet>.254) once host-link.sh ran. */
+  hostAddress: string;
   sshHost: string;
   sshPort: number;
   sshUser: string;
@@ -45,7 +53,7 @@ interface RecordedProcess {
 }
 
 let labReady: Promise<LabEnv> | undefined;
-const startedHere: RecordedProcess[] = [];
+let broughtUpHere = false;
 
 export function readPids(file: string): RecordedProcess[] {
   if (!existsSync(file)) return [];
@@ -74,17 +82,31 @@ async function bringUp(): Promise<LabEnv> {
     });
   } catch (error) {
     const e = error as { stdout?: string; stderr?: string; message: string };
+    broughtUpHere = true; // whatever it left half made goes with the purge
     throw new Error(
       `the libvirt lab could not start (test/lab/lab-up.sh): ${e.message}\n${e.stdout ?? ""}${e.stderr ?? ""}\n` +
         "Lab tests need root and the packages from test/setup-host.sh.",
     );
-  } finally {
-    for (const p of readPids(pidsFile)) {
-      const wasRunning = before.some((b) => b.name === p.name && b.pid === p.pid);
-      if (!wasRunning && commandNameOf(p.pid) === p.name) startedHere.push(p);
-    }
+  }
+  const libvirtd = readPids(pidsFile).find((p) => p.name === "libvirtd");
+  if (libvirtd && !before.some((b) => b.pid === libvirtd.pid)) {
+    broughtUpHere = true;
+    takeDownOnSignal(LAB_SCRIPTS_DIR, "lab-down.sh");
   }
   return JSON.parse(readFileSync(`${LAB_DIR}/env.json`, "utf8")) as LabEnv;
+}
+
+/**
+ * On SIGINT/SIGTERM a process that brought a lab up takes it down before it
+ * exits (mocha run by hand and interrupted): nothing may outlive the run.
+ */
+export function takeDownOnSignal(scriptsDir: string, downScript: string): void {
+  for (const signal of ["SIGINT", "SIGTERM"] as const)
+    process.once(signal, () => {
+      if (process.env.LAB_KEEP !== "1")
+        execFileSync("bash", [resolve(scriptsDir, downScript), "--purge"], { stdio: "inherit" });
+      process.exit(signal === "SIGINT" ? 130 : 143);
+    });
 }
 
 /** The lab's recorded processes (virtlogd, libvirtd, dnsmasq, sshd) all still run under their names. */
@@ -109,44 +131,25 @@ export async function useLab(): Promise<LabEnv> {
   return labReady;
 }
 
-export async function stopByPid({ name, pid }: RecordedProcess): Promise<void> {
-  if (commandNameOf(pid) !== name) return;
-  process.kill(pid, "SIGTERM");
-  for (let i = 0; i < 50 && commandNameOf(pid) === name; i++)
-    await new Promise((r) => setTimeout(r, 100));
-  if (commandNameOf(pid) === name) process.kill(pid, "SIGKILL");
-}
-
-/** Stops, newest first and by PID, the lab processes this process started (unless LAB_KEEP=1). */
+/**
+ * Takes the lab down completely (lab-down.sh --purge: guests first, then the
+ * daemons by PID, then everything else lab-up.sh made) if this process
+ * brought it up, unless LAB_KEEP=1. A failing purge fails loudly.
+ */
 export async function stopWhatThisProcessStarted(): Promise<void> {
-  if (process.env.LAB_KEEP === "1") return;
-  if (startedHere.length === 0) return;
-  if (startedHere.some((p) => p.name === "libvirtd")) await destroyLeftoverGuests();
-  for (const p of startedHere.reverse()) await stopByPid(p);
-  startedHere.length = 0;
+  if (process.env.LAB_KEEP === "1" || !broughtUpHere) return;
+  await takeDown(LAB_SCRIPTS_DIR, "lab-down.sh");
+  broughtUpHere = false;
   labReady = undefined;
 }
 
-/**
- * Guests still running on a libvirtd this process started are leaks of this
- * run (a test whose cleanup failed): qemu would outlive the daemon. Destroy
- * them before the daemon stops, as lab-down.sh does, and say so on stderr.
- */
-async function destroyLeftoverGuests(): Promise<void> {
-  const virsh = (...args: string[]) =>
-    run("virsh", ["-q", "-c", "qemu:///system", ...args], { timeout: 30_000 });
-  const running = await virsh("list", "--name", "--state-running", "--state-paused").then(
-    ({ stdout }) =>
-      stdout
-        .split("\n")
-        .map((line) => line.trim())
-        .filter(Boolean),
-    () => [] as string[],
-  );
-  for (const name of running) {
-    console.error(
-      `[lab] destroying guest ${name}, left running by this run, before stopping libvirtd`,
+export async function takeDown(scriptsDir: string, downScript: string): Promise<void> {
+  try {
+    await run("bash", [resolve(scriptsDir, downScript), "--purge"], { timeout: 120_000 });
+  } catch (error) {
+    const e = error as { stdout?: string; stderr?: string; message: string };
+    throw new Error(
+      `${downScript} --purge failed: ${e.message}\n${e.stdout ?? ""}${e.stderr ?? ""}`,
     );
-    await virsh("destroy", name).catch(() => undefined);
   }
 }

@@ -1,15 +1,17 @@
 /**
  * The stock-host lab profile (stock-host-up.sh) from Node: a hypervisor as
  * Debian's packages leave it, beside the regular lab. `useStockHost()` brings
- * it up once per process and remembers which processes this process started,
- * so `stopStockHostProcesses()` stops exactly those, by PID. `resetStockHost()`
- * puts the libvirt objects back to the packages' state between tests.
+ * it up once per process (or finds the one the test command started) and
+ * remembers whether this process brought it up; if so,
+ * `stopStockHostProcesses()` takes it down completely (stock-host-down.sh
+ * --purge), as does SIGINT/SIGTERM. `resetStockHost()` puts the libvirt
+ * objects back to the packages' state between tests.
  */
 import { execFile, execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { promisify } from "node:util";
-import { commandNameOf, LAB_SCRIPTS_DIR, readPids, stopByPid } from "./lab";
+import { commandNameOf, LAB_SCRIPTS_DIR, readPids, takeDown, takeDownOnSignal } from "./lab";
 
 const run = promisify(execFile);
 const SCRIPT = resolve(LAB_SCRIPTS_DIR, "stock-host-up.sh");
@@ -35,7 +37,7 @@ export interface StockHostEnv {
 }
 
 let ready: Promise<StockHostEnv> | undefined;
-const startedHere: Array<{ name: string; pid: number }> = [];
+let broughtUpHere = false;
 
 async function script(...args: string[]): Promise<string> {
   try {
@@ -55,10 +57,18 @@ async function bringUp(): Promise<StockHostEnv> {
   const before = readPids(pidsFile).filter((p) => commandNameOf(p.pid) === p.name);
   try {
     await script();
-  } finally {
-    for (const p of readPids(pidsFile))
-      if (!before.some((b) => b.pid === p.pid) && commandNameOf(p.pid) === p.name)
-        startedHere.push(p);
+  } catch (error) {
+    broughtUpHere = true; // whatever it left half made goes with the purge
+    throw error;
+  }
+  const libvirtd = readPids(pidsFile).find((p) => p.name === "libvirtd");
+  if (
+    libvirtd &&
+    !before.some((b) => b.pid === libvirtd.pid) &&
+    commandNameOf(libvirtd.pid) === "libvirtd"
+  ) {
+    broughtUpHere = true;
+    takeDownOnSignal(LAB_SCRIPTS_DIR, "stock-host-down.sh");
   }
   return JSON.parse(readFileSync(`${STOCK_DIR}/env.json`, "utf8")) as StockHostEnv;
 }
@@ -73,7 +83,7 @@ export async function resetStockHost(): Promise<void> {
   await script("reset");
 }
 
-/** Bridges this machine's leg (203.0.113.254) to virbr0; the network default must be running. */
+/** Bridges this machine's leg (<subnet>.254) to virbr0; the network default must be running. */
 export async function linkStockHost(): Promise<void> {
   await script("link");
 }
@@ -89,9 +99,10 @@ export function stockVirsh(env: StockHostEnv, ...args: string[]): string {
   );
 }
 
-/** Stops, newest first and by PID, the stock-host processes this process started (unless LAB_KEEP=1). */
+/** Takes the profile down completely if this process brought it up (unless LAB_KEEP=1). */
 export async function stopStockHostProcesses(): Promise<void> {
-  if (process.env.LAB_KEEP === "1") return;
-  for (const p of startedHere.reverse()) await stopByPid(p);
-  startedHere.length = 0;
+  if (process.env.LAB_KEEP === "1" || !broughtUpHere) return;
+  await takeDown(LAB_SCRIPTS_DIR, "stock-host-down.sh");
+  broughtUpHere = false;
+  ready = undefined;
 }

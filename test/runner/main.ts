@@ -1,0 +1,252 @@
+/**
+ * The test command (`npm test`, after `npm run build`) and its fast inner
+ * loop (`npm run test:quick`).
+ *
+ * Full run (root): removes a lab left by a killed earlier run, snapshots the
+ * machine (test/machine-state.sh), then runs two lanes side by side:
+ *   - the lab lane: both lab profiles and the guest image are prepared once,
+ *     then the lab suites run (they share the labs; each removes its guests);
+ *   - the other lane: lint, the quick suites in parallel shards, the root
+ *     suites, then the floor run (test/floor/run.sh: the lowest claimed
+ *     Node.js and SDKs).
+ * Whatever happens (a failure, Ctrl-C, SIGTERM), it then tears both labs down
+ * completely, snapshots the machine again and fails the run on any
+ * difference, printing it. It ends with a timing table, a "N passed,
+ * N failed" line and `tests wall_seconds=<n>`.
+ *
+ * Quick run (`--quick`): the suites that need no root and no lab, in
+ * parallel shards; nothing on the machine is touched.
+ */
+import { execFileSync } from "node:child_process";
+import { cpus } from "node:os";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { findSpecs, shard, type Spec } from "./suites";
+import { runningSteps, runStep, stopAll, type StepOutcome, type StepSpec } from "./steps";
+
+const REPO = resolve(__dirname, "..", "..", "..");
+const WORK = join(REPO, ".tmp", "test-run");
+const LOGS = join(WORK, "logs");
+const STARTED_MS = Number(process.env.EGRESS_TEST_STARTED_MS) || Date.now();
+
+const outcomes: StepOutcome[] = [];
+let interrupted: NodeJS.Signals | undefined;
+
+function log(line: string): void {
+  process.stdout.write(`[test] ${line}\n`);
+}
+
+function mocha(name: string, specs: readonly Spec[], reporter = "spec"): StepSpec {
+  return {
+    name,
+    command: process.execPath,
+    args: [
+      join(REPO, "node_modules", "mocha", "bin", "mocha.js"),
+      "--no-config",
+      "--enable-source-maps",
+      "--timeout",
+      "20000",
+      "--reporter",
+      reporter,
+      "--exit",
+      ...specs.map((s) => s.path),
+    ],
+  };
+}
+
+function bash(name: string, script: string, ...args: string[]): StepSpec {
+  return { name, command: "bash", args: [join(REPO, script), ...args] };
+}
+
+async function step(spec: StepSpec): Promise<boolean> {
+  if (interrupted) return false;
+  const outcome = await runStep(spec, REPO, LOGS);
+  outcomes.push(outcome);
+  const verdict = outcome.exitCode === 0 ? "passed" : `FAILED (exit ${outcome.exitCode})`;
+  process.stdout.write(
+    `\n──── ${spec.name}: ${verdict} in ${outcome.seconds.toFixed(0)} s ────\n${outcome.output}` +
+      (outcome.output.endsWith("\n") ? "" : "\n"),
+  );
+  return outcome.exitCode === 0;
+}
+
+/** Runs steps one after the other; stops at the first failure. */
+async function lane(...steps: Array<StepSpec | (() => Promise<boolean>)>): Promise<boolean> {
+  for (const s of steps) {
+    const ok = typeof s === "function" ? await s() : await step(s);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+async function parallel(...lanes: Array<Promise<boolean>>): Promise<boolean> {
+  return (await Promise.all(lanes)).every(Boolean);
+}
+
+function quickShards(specs: readonly Spec[]): StepSpec[] {
+  // The quick suites mostly wait (deadlines, child processes, loopback servers): three processes keep
+  // two cores busy.
+  const count = Math.max(2, Math.min(4, cpus().length + 1));
+  return shard(
+    specs.filter((s) => s.kind === "quick"),
+    count,
+  ).map((group, i) => mocha(`quick-${i + 1}`, group, "dot"));
+}
+
+function printTable(): void {
+  const rows = outcomes.map((o) => [
+    o.name,
+    o.seconds.toFixed(0),
+    o.exitCode === 0 ? "ok" : "FAILED",
+    o.passed === undefined ? "" : String(o.passed),
+    o.failed === undefined ? "" : String(o.failed),
+  ]);
+  const header = ["step", "seconds", "result", "passed", "failed"];
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
+  process.stdout.write(`\n${line(header)}\n${widths.map((w) => "-".repeat(w)).join("  ")}\n`);
+  for (const row of rows) process.stdout.write(`${line(row)}\n`);
+}
+
+function printTotals(): void {
+  const passed = outcomes.reduce((n, o) => n + (o.passed ?? 0), 0);
+  const failed = outcomes.reduce((n, o) => n + (o.failed ?? 0), 0);
+  process.stdout.write(`\n${passed} passed, ${failed} failed\n`);
+  process.stdout.write(`tests wall_seconds=${Math.round((Date.now() - STARTED_MS) / 1000)}\n`);
+}
+
+function heartbeat(): NodeJS.Timeout {
+  return setInterval(() => {
+    const names = runningSteps();
+    if (names.length > 0)
+      log(`${Math.round((Date.now() - STARTED_MS) / 1000)} s: running ${names.join(", ")}`);
+  }, 60_000).unref();
+}
+
+async function quickRun(): Promise<number> {
+  rmSync(LOGS, { recursive: true, force: true });
+  const specs = findSpecs(join(REPO, "dist", "test"), REPO);
+  const beat = heartbeat();
+  const ok = await parallel(...quickShards(specs).map((s) => lane(s)));
+  clearInterval(beat);
+  printTable();
+  printTotals();
+  return ok ? 0 : 1;
+}
+
+function snapshotMachine(file: string): void {
+  execFileSync(
+    "bash",
+    [join(REPO, "test", "machine-state.sh"), "snapshot", file, String(process.pid)],
+    {
+      stdio: ["ignore", "inherit", "inherit"],
+    },
+  );
+}
+
+/**
+ * Removes both labs completely (idempotent): at the start (a killed earlier
+ * run) and at the end. The stock host goes first: its daemons' private
+ * /run/libvirt is mounted on the directory the regular lab may have made.
+ */
+async function tearDownLabs(name: string): Promise<boolean> {
+  const stock = await step(bash(`${name}-stock-host`, "test/lab/stock-host-down.sh", "--purge"));
+  const lab = await step(bash(`${name}-lab`, "test/lab/lab-down.sh", "--purge"));
+  return stock && lab;
+}
+
+/** The labs and the guest image, once, before the lab suites share them. */
+function prepareLabs(): Array<StepSpec> {
+  return [
+    bash("lab-up", "test/lab/lab-up.sh"),
+    bash("stock-host-up", "test/lab/stock-host-up.sh"),
+    bash("guest-image", "test/lab/build-image.sh"),
+  ];
+}
+
+async function fullRun(): Promise<number> {
+  if (process.getuid?.() !== 0) {
+    log("the full test command needs root (network namespaces, a libvirtd, mounts).");
+    log(
+      "Run it as root in a disposable VM or container, or run `npm run test:quick` (no root, no lab).",
+    );
+    return 2;
+  }
+  rmSync(WORK, { recursive: true, force: true });
+  mkdirSync(WORK, { recursive: true });
+  const before = join(WORK, "machine-before.txt");
+  const after = join(WORK, "machine-after.txt");
+
+  await tearDownLabs("leftovers");
+  snapshotMachine(before);
+  log("machine state recorded; every change the run makes is undone at its end");
+  // Every step's temporary files go to one directory, removed before the machine is compared.
+  const scratch = mkdtempSync("/tmp/egress-test-run-");
+  process.env.TMPDIR = scratch;
+
+  let finishing: Promise<number> | undefined;
+  const finish = async (): Promise<number> => {
+    await stopAll(10_000);
+    const labsDown = await tearDownLabs("teardown");
+    rmSync(scratch, { recursive: true, force: true });
+    snapshotMachine(after);
+    let unchanged = true;
+    try {
+      execFileSync("bash", [join(REPO, "test", "machine-state.sh"), "diff", before, after], {
+        stdio: ["ignore", "inherit", "inherit"],
+      });
+    } catch {
+      unchanged = false;
+    }
+    outcomes.push({
+      name: "machine-unchanged",
+      seconds: 0,
+      exitCode: unchanged ? 0 : 1,
+      output: "",
+    });
+    printTable();
+    printTotals();
+    const failed = outcomes.some((o) => o.exitCode !== 0);
+    if (interrupted) return interrupted === "SIGINT" ? 130 : 143;
+    return failed || !labsDown || !unchanged ? 1 : 0;
+  };
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const)
+    process.on(signal, () => {
+      if (interrupted) return;
+      interrupted = signal;
+      log(`${signal}: stopping every step, then removing the labs`);
+      finishing ??= finish();
+      void finishing.then((code) => process.exit(code));
+    });
+
+  const specs = findSpecs(join(REPO, "dist", "test"), REPO);
+  const labSpecs = specs.filter((s) => s.kind === "lab");
+  const rootSpecs = specs.filter((s) => s.kind === "root");
+  writeFileSync(
+    join(WORK, "suites.txt"),
+    specs.map((s) => `${s.kind.padEnd(5)} ${s.path}`).join("\n") + "\n",
+  );
+  const beat = heartbeat();
+  await parallel(
+    lane(...prepareLabs(), mocha("lab", labSpecs)),
+    lane(
+      { name: "lint", command: "npm", args: ["run", "--silent", "lint"] },
+      async () => parallel(...quickShards(specs).map((s) => lane(s))),
+      mocha("root", rootSpecs),
+      bash("floor", "test/floor/run.sh"),
+    ),
+  );
+  clearInterval(beat);
+  finishing ??= finish();
+  return finishing;
+}
+
+const run = process.argv.includes("--quick") ? quickRun() : fullRun();
+run.then(
+  (code) => process.exit(code),
+  (error: Error) => {
+    process.stderr.write(`[test] the runner failed: ${error.stack ?? error.message}\n`);
+    process.exit(1);
+  },
+);
