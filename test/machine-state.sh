@@ -8,9 +8,11 @@
 #
 # What is recorded: links, addresses, routes and rules of both families (all tables), network
 # namespaces, the firewall (iptables/ip6tables, and nft when installed, counters left out), mounts,
-# users and groups, listening sockets, processes, the libvirt state directories (a daemon the labs run
-# writes there) and the names directly under /tmp. Lifetimes, counters and other values that change on
-# their own are left out, so an idle machine compares equal to itself.
+# users and groups, listening sockets, the processes a test run may leave (those carrying the test
+# runner's EGRESS_TEST_RUN in their environment, and every qemu, libvirtd, virtlogd, dnsmasq and sshd),
+# the libvirt state directories (a daemon the labs run writes there) and the names directly under /tmp.
+# Lifetimes, counters and other values that change on their own are left out, so an idle machine
+# compares equal to itself, whatever else its users run meanwhile.
 set -euo pipefail
 
 section() { # section NAME COMMAND...: every output line of COMMAND, prefixed by NAME
@@ -38,7 +40,9 @@ firewall() {
 mounts() { awk '{print $5, $9, $10}' /proc/self/mountinfo; }
 accounts() { sed 's|^|passwd |' /etc/passwd; sed 's|^|group |' /etc/group; }
 listening() { ss -Htlnu | awk '{print $1, $5}'; }
-processes() { # processes [PID]: "comm pid start-time" of every process but this script's and PID's trees
+# processes [PID]: "comm pid start-time" of every process a test run may have started, except this
+# script's and PID's trees.
+processes() {
   local exclude=${1:-} pid stat comm rest ppid start
   declare -A parent=()
   declare -A line=()
@@ -54,8 +58,10 @@ processes() { # processes [PID]: "comm pid start-time" of every process but this
     ppid=$2
     start=${20}
     parent[$pid]=$ppid
-    # Kernel threads (children of kthreadd, PID 2) come and go and rename themselves.
-    [ "$pid" = 2 ] || [ "$ppid" = 2 ] || line[$pid]="$comm $pid $start"
+    case $comm in
+    qemu-system-*| libvirtd | virtlogd | dnsmasq | sshd) line[$pid]="$comm $pid $start" ;;
+    *) grep -qa 'EGRESS_TEST_RUN=' "/proc/$pid/environ" 2>/dev/null && line[$pid]="$comm $pid $start" ;;
+    esac
   done
   for pid in "${!line[@]}"; do
     local up=$pid hops=0

@@ -3,7 +3,7 @@
  * ships and run under dash with stub package managers and init systems.
  * Each run happens in a private mount namespace whose /run is a fresh tmpfs,
  * so "systemd present" is real (/run/systemd/system exists) and nothing on
- * the host changes.
+ * the host changes. test-needs: root (unshare --mount)
  */
 import { strict as assert } from "node:assert";
 import { spawnSync } from "node:child_process";

@@ -15,8 +15,8 @@
  *    stays by design, as on every host; this test removes it afterwards).
  *
  * The stack config holds the image source (the lab's image over HTTP on
- * loopback), squid's client range (the profile's subnet is a documentation
- * range, 203.0.113.0/24, not one of squid's default private ranges) and
+ * loopback), squid's client range (the profile's subnet, picked when it comes
+ * up, need not be one of squid's default private ranges) and
  * domainType "qemu" (this machine's nested KVM cannot run guests). Nothing
  * else: one proxy on the local socket, as the program does with no config.
  */
@@ -223,7 +223,10 @@ describe("engine: the zero-config root program on a stock Debian host", function
         stockVirsh(stock, "vol-delete", "--pool", "default", volume);
     });
     const ip = String(created.properties.ip);
-    assert.match(ip, /^203\.0\.113\.1\d\d$/, "an address from network default's DHCP range");
+    const dhcpRange = new RegExp(
+      `^${stock.subnet.replace(/\.0\/24$/, "").replaceAll(".", "\\.")}\\.1\\d\\d$`,
+    );
+    assert.match(ip, dhcpRange, "an address from network default's DHCP range");
     assert.equal(created.properties.endpoint, `http://${ip}:3128`);
     assert.equal(created.properties.state, "running");
     // The port answers as soon as the image's squid runs; cloud-init applies the pool's squid.conf a

@@ -81,8 +81,13 @@ else
 fi
 cd "$WORK"
 t=$(date +%s)
-# --prefer-offline: what the npm cache holds from an earlier run is not fetched again.
-npm ci --prefer-offline --no-audit --no-fund --ignore-scripts --loglevel=error --fetch-retries=5
+# The lockfile's tree: a copy of the repository's own (what `npm ci` made there, minutes of CPU saved),
+# or `npm ci` when there is none. --prefer-offline: what npm's cache holds is not fetched again.
+if [ -f "$REPO/node_modules/.package-lock.json" ]; then
+  cp -a "$REPO/node_modules" "$WORK/node_modules"
+else
+  npm ci --prefer-offline --no-audit --no-fund --ignore-scripts --loglevel=error --fetch-retries=5
+fi
 npm install --prefer-offline --no-save --no-audit --no-fund --ignore-scripts --loglevel=error --fetch-retries=5 \
   "@pulumi/pulumi@$PULUMI" "@pulumi/kubernetes@$KUBERNETES"
 log "installed in $(($(date +%s) - t)) s"

@@ -1,8 +1,9 @@
 /**
  * Which compiled spec belongs to which kind of suite, decided from the spec
- * itself so a new test file lands in the right place without a list to edit:
+ * and the test modules it requires (transitively, within dist/test), so a new
+ * test file lands in the right place without a list to edit:
  *
- * - `lab`: imports the lab or stock-host fixture (a libvirtd, qemu guests,
+ * - `lab`: reaches the lab or stock-host fixture (a libvirtd, qemu guests,
  *   root, minutes);
  * - `root`: says `test-needs: root` in a comment (namespaces, mounts, links)
  *   but starts no lab;
@@ -10,26 +11,65 @@
  *
  * The quick specs are split into shards of about equal weight (the byte size
  * of the compiled spec is a fair stand-in for how much it does), so they can
- * run as parallel mocha processes.
+ * run as parallel mocha processes. Lab specs are weighed by what dominates
+ * them, the guests they boot under TCG: the seconds one takes alone on a quiet
+ * 2-core machine, measured (December 2026), so that no two guest-booting
+ * suites share a shard and the guests of different shards boot side by side.
  */
-import { readdirSync, readFileSync, statSync } from "node:fs";
-import { join, relative } from "node:path";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
 
 export type SpecKind = "quick" | "root" | "lab";
 
 export interface Spec {
   path: string;
   kind: SpecKind;
-  bytes: number;
+  /** Specs of one group share a shard: they use one stock host, or fill one tiny pool, in turn. */
+  group?: string;
+  /** Quick and root specs: the compiled size; lab specs: the seconds they take alone. */
+  weight: number;
 }
 
-const LAB_FIXTURE = /require\("(?:\.\.\/lab\/|\.\/)(?:fixture|stock-fixture)"\)/;
-const NEEDS_ROOT = /test-needs: root/;
+/** Lab suites by the seconds they take alone (guests booted in parentheses); others count 10. */
+const LAB_SECONDS: Record<string, number> = {
+  "engine/root-program.test.js": 250, // (2) the pool end to end
+  "engine/stock-host.test.js": 200, // (1) zero-config on a stock host
+  "lab/egress.test.js": 180, // (2) squid with auth, NAT, check
+  "lab/kvm-proxy.test.js": 180, // (1 + 10 that are not waited for)
+  "engine/kvm.test.js": 55,
+  "lab/kvm-no-leak.test.js": 40,
+  "lab/libvirt-local.test.js": 20,
+  "lab/kvm-read.test.js": 15,
+  "lab/libvirt-ssh.test.js": 12,
+};
 
-export function kindOfSpec(source: string): SpecKind {
-  if (LAB_FIXTURE.test(source)) return "lab";
-  if (NEEDS_ROOT.test(source)) return "root";
-  return "quick";
+const LAB_FIXTURE = /require\("(?:\.\.\/lab\/|\.\/)(?:fixture|stock-fixture)"\)/;
+const STOCK_FIXTURE = /require\("(?:\.\.\/lab\/|\.\/)stock-fixture"\)/;
+/** Suites that fill the lab's 8 MiB pool on purpose must not do it at the same time. */
+const TINY_POOL = /\.tinyPool\b/;
+const NEEDS_ROOT = /test-needs: root/;
+const RELATIVE_REQUIRE = /require\("(\.{1,2}\/[^"]+)"\)/g;
+
+/** The kind of the spec at `path`, from its source and the test modules under `testDir` it requires. */
+export function kindOfSpec(path: string, testDir: string): { kind: SpecKind; group?: string } {
+  let kind: SpecKind = "quick";
+  let group: string | undefined;
+  const seen = new Set<string>();
+  const visit = (file: string) => {
+    if (seen.has(file)) return;
+    seen.add(file);
+    const source = readFileSync(file, "utf8");
+    if (STOCK_FIXTURE.test(source)) group = "stock-host";
+    else if (TINY_POOL.test(source)) group ??= "tiny-pool";
+    if (LAB_FIXTURE.test(source)) kind = "lab";
+    else if (NEEDS_ROOT.test(source) && kind === "quick") kind = "root";
+    for (const [, target] of source.matchAll(RELATIVE_REQUIRE)) {
+      const required = resolve(dirname(file), target!.endsWith(".js") ? target! : `${target}.js`);
+      if (required.startsWith(testDir) && existsSync(required)) visit(required);
+    }
+  };
+  visit(resolve(path));
+  return group === undefined ? { kind } : { kind, group };
 }
 
 function walk(dir: string): string[] {
@@ -44,23 +84,36 @@ function walk(dir: string): string[] {
 export function findSpecs(testDir: string, cwd: string): Spec[] {
   return walk(testDir)
     .sort()
-    .map((path) => ({
-      path: relative(cwd, path),
-      kind: kindOfSpec(readFileSync(path, "utf8")),
-      bytes: statSync(path).size,
-    }));
+    .map((path) => {
+      const { kind, group } = kindOfSpec(path, resolve(testDir));
+      const weight =
+        kind === "lab" ? (LAB_SECONDS[relative(testDir, path)] ?? 10) : statSync(path).size;
+      return { path: relative(cwd, path), kind, weight, ...(group ? { group } : {}) };
+    });
 }
 
-/** Splits specs into `count` groups of about equal total weight (heaviest first, into the lightest group). */
+/**
+ * Splits specs into `count` shards of about equal total weight (heaviest
+ * first, into the lightest shard); the specs of one group stay together.
+ */
 export function shard(specs: readonly Spec[], count: number): Spec[][] {
   const shards: Array<{ weight: number; specs: Spec[] }> = Array.from({ length: count }, () => ({
     weight: 0,
     specs: [],
   }));
-  for (const spec of [...specs].sort((a, b) => b.bytes - a.bytes || a.path.localeCompare(b.path))) {
+  const units = new Map<string, Spec[]>();
+  for (const spec of specs) {
+    const key = spec.group ?? spec.path;
+    units.set(key, [...(units.get(key) ?? []), spec]);
+  }
+  const weightOf = (unit: Spec[]) => unit.reduce((sum, s) => sum + s.weight, 0);
+  const ordered = [...units.values()].sort(
+    (a, b) => weightOf(b) - weightOf(a) || a[0]!.path.localeCompare(b[0]!.path),
+  );
+  for (const unit of ordered) {
     const lightest = shards.reduce((min, s) => (s.weight < min.weight ? s : min));
-    lightest.specs.push(spec);
-    lightest.weight += spec.bytes;
+    lightest.specs.push(...unit);
+    lightest.weight += weightOf(unit);
   }
   return shards
     .map((s) => s.specs.sort((a, b) => a.path.localeCompare(b.path)))
