@@ -6,7 +6,9 @@
  * nothing when create returns a plain error, the domain and its two volumes
  * when it returns a partial create (which `remove` then clears, and `update`
  * continues). Each test prints the host's domains and volumes before and
- * after. No call is left in flight on the provider's links.
+ * after. No call is left in flight on the provider's links. Since it compares
+ * the whole host with state, no other lab suite may run beside it
+ * (test-runs: alone: the test command runs it before the parallel shards).
  *
  * A preflight check (another change) may catch some injections before
  * anything is made: that outcome passes too, as long as nothing leaks.

@@ -36,20 +36,27 @@ function log(line: string): void {
   process.stdout.write(`[test] ${line}\n`);
 }
 
-/**
- * A mocha process. `niced`: at a lower CPU priority, so the lab's guests (qemu
- * under TCG, on the critical path and bound by boot deadlines) get the cores
- * first and these suites, which mostly wait, fill what is left.
- */
-function mocha(name: string, specs: readonly Spec[], reporter = "spec", niced = false): StepSpec {
+interface MochaOptions {
+  reporter?: string;
+  /**
+   * At a lower CPU priority, so the lab's guests (qemu under TCG, on the
+   * critical path and bound by boot deadlines) get the cores first and these
+   * suites fill what is left. Such a process may wait for a core, so mocha's
+   * per-test safety net (not a timing assertion) is wider.
+   */
+  niced?: boolean;
+}
+
+function mocha(name: string, specs: readonly Spec[], options: MochaOptions = {}): StepSpec {
+  const niced = options.niced ?? false;
   const node = [
     join(REPO, "node_modules", "mocha", "bin", "mocha.js"),
     "--no-config",
     "--enable-source-maps",
     "--timeout",
-    "20000",
+    niced ? "60000" : "20000",
     "--reporter",
-    reporter,
+    options.reporter ?? "spec",
     "--exit",
     ...specs.map((s) => s.path),
   ];
@@ -69,16 +76,22 @@ const niced = (step: StepSpec): StepSpec => ({
 });
 
 /**
- * The lab suites in parallel shards, one guest-booting suite per shard (see
- * LAB_SECONDS in suites.ts): their guests boot side by side while the
- * shorter lab suites run beside them. They share the labs the runner started.
+ * The lab suites in parallel shards (see LAB_SECONDS in suites.ts), one per
+ * core: a guest under TCG keeps a core busy while it boots, so more shards
+ * would only slow every guest down (past its boot deadline, on a busy
+ * machine). They share the labs the runner started.
  */
 function labShards(specs: readonly Spec[]): StepSpec[] {
-  const guestSuites = specs.filter((s) => s.kind === "lab" && s.weight >= 100).length;
   return shard(
-    specs.filter((s) => s.kind === "lab"),
-    Math.max(1, guestSuites),
+    specs.filter((s) => s.kind === "lab" && !s.alone),
+    Math.max(1, cpus().length),
   ).map((group, i) => mocha(`lab-${i + 1}`, group));
+}
+
+/** The lab suites that assert on the whole host (`test-runs: alone`), before the shards start. */
+function labAlone(specs: readonly Spec[]): StepSpec[] {
+  const alone = specs.filter((s) => s.kind === "lab" && s.alone);
+  return alone.length === 0 ? [] : [mocha("lab-alone", alone)];
 }
 
 async function step(spec: StepSpec): Promise<boolean> {
@@ -93,7 +106,14 @@ async function step(spec: StepSpec): Promise<boolean> {
   return outcome.exitCode === 0;
 }
 
-/** Runs steps one after the other; stops at the first failure. */
+/** Runs steps one after the other, each whatever the others did; false if any failed. */
+async function sequence(...steps: Array<StepSpec | (() => Promise<boolean>)>): Promise<boolean> {
+  let ok = true;
+  for (const s of steps) ok = (typeof s === "function" ? await s() : await step(s)) && ok;
+  return ok;
+}
+
+/** Runs steps one after the other; stops at the first failure (what follows needs what failed). */
 async function lane(...steps: Array<StepSpec | (() => Promise<boolean>)>): Promise<boolean> {
   for (const s of steps) {
     const ok = typeof s === "function" ? await s() : await step(s);
@@ -106,14 +126,16 @@ async function parallel(...lanes: Array<Promise<boolean>>): Promise<boolean> {
   return (await Promise.all(lanes)).every(Boolean);
 }
 
-function quickShards(specs: readonly Spec[], niced = false): StepSpec[] {
-  // The quick suites mostly wait (deadlines, child processes, loopback servers): three processes keep
-  // two cores busy.
-  const count = Math.max(2, Math.min(4, cpus().length + 1));
+/**
+ * The quick suites in `count` parallel shards: they wait on child processes,
+ * loopback servers and deadlines often enough that one more process than
+ * cores keeps the cores busy.
+ */
+function quickShards(specs: readonly Spec[], count: number, niced = false): StepSpec[] {
   return shard(
     specs.filter((s) => s.kind === "quick"),
     count,
-  ).map((group, i) => mocha(`quick-${i + 1}`, group, "dot", niced));
+  ).map((group, i) => mocha(`quick-${i + 1}`, group, { reporter: "dot", niced }));
 }
 
 function printTable(): void {
@@ -151,7 +173,9 @@ async function quickRun(): Promise<number> {
   rmSync(LOGS, { recursive: true, force: true });
   const specs = findSpecs(join(REPO, "dist", "test"), REPO);
   const beat = heartbeat();
-  const ok = await parallel(...quickShards(specs).map((s) => lane(s)));
+  const ok = await parallel(
+    ...quickShards(specs, Math.max(2, Math.min(4, cpus().length + 1))).map((s) => lane(s)),
+  );
   clearInterval(beat);
   printTable();
   printTotals();
@@ -253,11 +277,13 @@ async function fullRun(): Promise<number> {
   );
   const beat = heartbeat();
   await parallel(
-    lane(...prepareLabs(), async () => parallel(...labShards(specs).map((s) => lane(s)))),
-    lane(
+    lane(...prepareLabs(), async () =>
+      sequence(...labAlone(specs), async () => parallel(...labShards(specs).map((s) => lane(s)))),
+    ),
+    sequence(
       niced({ name: "lint", command: "npm", args: ["run", "--silent", "lint"] }),
-      async () => parallel(...quickShards(specs, true).map((s) => lane(s))),
-      mocha("root", rootSpecs, "spec", true),
+      async () => parallel(...quickShards(specs, 2, true).map((s) => lane(s))),
+      mocha("root", rootSpecs, { niced: true }),
       niced(bash("floor", "test/floor/run.sh")),
     ),
   );

@@ -24,6 +24,8 @@ export type SpecKind = "quick" | "root" | "lab";
 export interface Spec {
   path: string;
   kind: SpecKind;
+  /** Says `test-runs: alone`: it asserts on the whole host, so no other lab suite may run beside it. */
+  alone?: boolean;
   /** Specs of one group share a shard: they use one stock host, or fill one tiny pool, in turn. */
   group?: string;
   /** Quick and root specs: the compiled size; lab specs: the seconds they take alone. */
@@ -48,6 +50,7 @@ const STOCK_FIXTURE = /require\("(?:\.\.\/lab\/|\.\/)stock-fixture"\)/;
 /** Suites that fill the lab's 8 MiB pool on purpose must not do it at the same time. */
 const TINY_POOL = /\.tinyPool\b/;
 const NEEDS_ROOT = /test-needs: root/;
+const RUNS_ALONE = /test-runs: alone/;
 const RELATIVE_REQUIRE = /require\("(\.{1,2}\/[^"]+)"\)/g;
 
 /** The kind of the spec at `path`, from its source and the test modules under `testDir` it requires. */
@@ -88,7 +91,14 @@ export function findSpecs(testDir: string, cwd: string): Spec[] {
       const { kind, group } = kindOfSpec(path, resolve(testDir));
       const weight =
         kind === "lab" ? (LAB_SECONDS[relative(testDir, path)] ?? 10) : statSync(path).size;
-      return { path: relative(cwd, path), kind, weight, ...(group ? { group } : {}) };
+      const alone = RUNS_ALONE.test(readFileSync(path, "utf8"));
+      return {
+        path: relative(cwd, path),
+        kind,
+        weight,
+        ...(group ? { group } : {}),
+        ...(alone ? { alone } : {}),
+      };
     });
 }
 
