@@ -175,7 +175,9 @@ export async function egressAtReadiness(
       return { egressIp, checkedAt: new Date().toISOString() };
     } catch (error) {
       if (error instanceof PermanentError) throw error;
-      last = (error as Error).message;
+      // An attempt that the overall deadline cut short says nothing about the proxy (on a busy
+      // machine it may get a millisecond): the answer before it is the one worth quoting.
+      if (!deadline.expired() || last === "no attempt") last = (error as Error).message;
     }
     await sleepWithin(2000, deadline);
   }

@@ -1,5 +1,7 @@
 import { ChildProcess, execFileSync, spawn } from "node:child_process";
 import {
+  copyFileSync,
+  existsSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -9,7 +11,7 @@ import {
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import { Struct } from "google-protobuf/google/protobuf/struct_pb";
 import { Status } from "@pulumi/pulumi/proto/status_pb";
@@ -17,6 +19,7 @@ import * as providerRpc from "@pulumi/pulumi/proto/provider_grpc_pb";
 import * as providerProto from "@pulumi/pulumi/proto/provider_pb";
 import * as engineRpc from "@pulumi/pulumi/proto/engine_grpc_pb";
 import { Empty } from "google-protobuf/google/protobuf/empty_pb";
+import { packRepository } from "./pack";
 
 /**
  * Does what the Pulumi engine does with a dynamic resource, using the SDK's own
@@ -51,6 +54,8 @@ export interface ConsumerProject {
  * Packs the already-built repository (`npm run build` first) and installs the
  * tarball into a fresh consumer project. Dependencies are linked from this
  * repository's node_modules (all but `without`): no registry is contacted.
+ * The test command packs once after its build and names the tarball in
+ * EGRESS_PACKED_TARBALL; without it, each project packs anew.
  */
 export function packIntoConsumerProject(
   options: { without?: readonly string[] } = {},
@@ -60,23 +65,17 @@ export function packIntoConsumerProject(
     const manifest = JSON.parse(readFileSync(join(REPOSITORY, "package.json"), "utf8")) as {
       name: string;
     };
-    const packed = JSON.parse(
-      execFileSync("npm", ["pack", "--json", "--ignore-scripts", "--pack-destination", dir], {
-        cwd: REPOSITORY,
-        encoding: "utf8",
-        stdio: ["ignore", "pipe", "pipe"],
-      }),
-    ) as Array<{ filename: string }>;
+    // The tarball lies in the project, as `npm pack --pack-destination` leaves it.
+    const prepacked = process.env.EGRESS_PACKED_TARBALL;
+    let tarball: string;
+    if (prepacked !== undefined && existsSync(prepacked)) {
+      tarball = join(dir, basename(prepacked));
+      copyFileSync(prepacked, tarball);
+    } else tarball = packRepository(dir);
     const modules = join(dir, "node_modules");
     const target = join(modules, manifest.name);
     mkdirSync(target, { recursive: true });
-    execFileSync("tar", [
-      "-xzf",
-      join(dir, packed[0].filename),
-      "-C",
-      target,
-      "--strip-components=1",
-    ]);
+    execFileSync("tar", ["-xzf", tarball, "-C", target, "--strip-components=1"]);
     linkDependencies(join(REPOSITORY, "node_modules"), modules, [
       manifest.name,
       ...(options.without ?? []),

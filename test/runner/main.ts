@@ -18,9 +18,10 @@
  * parallel shards; nothing on the machine is touched.
  */
 import { execFileSync } from "node:child_process";
-import { cpus } from "node:os";
+import { cpus, tmpdir } from "node:os";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { packRepository } from "../engine/pack";
 import { findSpecs, shard, type Spec } from "./suites";
 import { runningSteps, runStep, stopAll, type StepOutcome, type StepSpec } from "./steps";
 
@@ -169,13 +170,20 @@ function heartbeat(): NodeJS.Timeout {
   }, 60_000).unref();
 }
 
+/** Packs the package once for every consumer project the engine tests make (test/engine/harness.ts). */
+function packOnce(scratch: string): void {
+  process.env.EGRESS_PACKED_TARBALL = packRepository(scratch);
+}
+
 async function quickRun(): Promise<number> {
   rmSync(LOGS, { recursive: true, force: true });
   const specs = findSpecs(join(REPO, "dist", "test"), REPO);
+  const scratch = mkdtempSync(join(tmpdir(), "egress-test-quick-"));
+  packOnce(scratch);
   const beat = heartbeat();
   const ok = await parallel(
     ...quickShards(specs, Math.max(2, Math.min(4, cpus().length + 1))).map((s) => lane(s)),
-  );
+  ).finally(() => rmSync(scratch, { recursive: true, force: true }));
   clearInterval(beat);
   printTable();
   printTotals();
@@ -233,6 +241,7 @@ async function fullRun(): Promise<number> {
   const scratch = mkdtempSync("/tmp/egress-test-run-");
   process.env.TMPDIR = scratch;
   process.env.EGRESS_TEST_RUN = String(process.pid);
+  packOnce(scratch);
 
   let finishing: Promise<number> | undefined;
   const finish = async (): Promise<number> => {
