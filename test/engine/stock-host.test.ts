@@ -33,6 +33,7 @@ import {
   useStockHost,
   type StockHostEnv,
 } from "../lab/stock-fixture";
+import { dhcpAddressPattern } from "../lab/lab";
 import { getThroughProxy } from "../support/forward-proxy";
 import {
   DynamicProviderServer,
@@ -223,10 +224,11 @@ describe("engine: the zero-config root program on a stock Debian host", function
         stockVirsh(stock, "vol-delete", "--pool", "default", volume);
     });
     const ip = String(created.properties.ip);
-    const dhcpRange = new RegExp(
-      `^${stock.subnet.replace(/\.0\/24$/, "").replaceAll(".", "\\.")}\\.1\\d\\d$`,
+    assert.match(
+      ip,
+      dhcpAddressPattern(stock.subnet),
+      "an address from network default's DHCP range",
     );
-    assert.match(ip, dhcpRange, "an address from network default's DHCP range");
     assert.equal(created.properties.endpoint, `http://${ip}:3128`);
     assert.equal(created.properties.state, "running");
     // The port answers as soon as the image's squid runs; cloud-init applies the pool's squid.conf a

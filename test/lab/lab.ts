@@ -43,6 +43,15 @@ export interface LabEnv {
   pidsFile: string;
 }
 
+/** An address from the DHCP range (.100–.199) of a lab's subnet ("A.B.C.0/24"), as a pattern. */
+export function dhcpAddressPattern(subnet: string): RegExp {
+  const prefix = subnet.replace(/\.0\/24$/, "").replaceAll(".", "\\.");
+  return new RegExp(`^${prefix}\\.1\\d\\d$`);
+}
+
+/** A literal address inside a regular expression. */
+export const escapedAddress = (address: string): string => address.replaceAll(".", "\\.");
+
 /** test/lab in the source tree, also when running from dist/test/lab. */
 export const LAB_SCRIPTS_DIR = resolve(__dirname, "..", "..", "..", "test", "lab");
 const LAB_DIR = process.env.LAB_DIR ?? "/tmp/egress-lab";
