@@ -147,6 +147,15 @@ stop_orphan_guests() { # stop_orphan_guests DIR
   done
 }
 
+# Checks CONFIG, starts sshd with it (detached, recorded as sshd) and waits until 127.0.0.1:PORT accepts.
+start_sshd() { # start_sshd CONFIG PORT
+  make_dir_undone /run/sshd # sshd's privilege separation directory (systemd's tmpfiles make it elsewhere)
+  /usr/sbin/sshd -t -f "$1"
+  start_daemon "$LOGS/sshd.log" /usr/sbin/sshd -D -e -f "$1"
+  record sshd $!
+  wait_for 50 sshd bash -c "exec 3<>/dev/tcp/127.0.0.1/$2"
+}
+
 # Starts "$@" detached from the caller's session (a test runner's Ctrl-C or process-group kill must not
 # reach the lab's daemons: they are stopped by lab-down.sh, guests first).
 start_daemon() { # start_daemon LOGFILE COMMAND...

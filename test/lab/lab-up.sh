@@ -163,11 +163,7 @@ MaxStartups 100:30:200
 MaxSessions 50
 LogLevel VERBOSE
 EOF
-make_dir_undone /run/sshd # sshd's privilege separation directory (systemd's tmpfiles make it elsewhere)
-/usr/sbin/sshd -t -f "$LAB/ssh/sshd_config"
-start_daemon "$LOGS/sshd.log" /usr/sbin/sshd -D -e -f "$LAB/ssh/sshd_config"
-record sshd $!
-wait_for 50 sshd bash -c "exec 3<>/dev/tcp/127.0.0.1/$SSH_PORT"
+start_sshd "$LAB/ssh/sshd_config" "$SSH_PORT"
 for type in ed25519 ecdsa rsa; do
   echo "[127.0.0.1]:$SSH_PORT $(cut -d' ' -f1,2 "$LAB/ssh/host_$type.pub")"
 done >"$LAB/ssh/known_hosts"

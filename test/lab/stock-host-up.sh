@@ -191,11 +191,7 @@ AllowStreamLocalForwarding yes
 MaxStartups 100:30:200
 LogLevel VERBOSE
 CONF
-make_dir_undone /run/sshd # sshd's privilege separation directory (systemd's tmpfiles make it elsewhere)
-/usr/sbin/sshd -t -f "$STOCK/ssh/sshd_config"
-start_daemon "$LOGS/sshd.log" /usr/sbin/sshd -D -e -f "$STOCK/ssh/sshd_config"
-record sshd $!
-wait_for 50 sshd bash -c "exec 3<>/dev/tcp/127.0.0.1/$SSH_PORT"
+start_sshd "$STOCK/ssh/sshd_config" "$SSH_PORT"
 echo "[127.0.0.1]:$SSH_PORT $(cut -d' ' -f1,2 "$STOCK/ssh/host_ed25519.pub")" >"$STOCK/ssh/known_hosts"
 ssh -p "$SSH_PORT" -i "$STOCK/ssh/client_key" -o UserKnownHostsFile="$STOCK/ssh/known_hosts" \
   -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=10 "$SSH_USER@127.0.0.1" true ||
