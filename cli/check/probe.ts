@@ -85,12 +85,14 @@ const seconds = (started: number) => Math.round(performance.now() - started) / 1
  * The deadline is the whole probe's, not a socket idle timeout: a proxy that
  * trickles bytes (or a paused VM whose kernel still ACKs) cannot stretch it.
  */
+/** Timers run on a monotonic clock, the deadline on Date.now(): they may disagree by a millisecond or two. */
+const CLOCK_SKEW_MS = 5;
+
 function withDeadline<T>(work: Promise<T>, deadline: Deadline): Promise<T> {
+  const deadlineError = () =>
+    new Error(`no answer within ${deadline.budgetMs / 1000} s (--timeout)`);
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`no answer within ${deadline.budgetMs / 1000} s (--timeout)`)),
-      deadline.remainingMs(),
-    );
+    const timer = setTimeout(() => reject(deadlineError()), deadline.remainingMs());
     work.then(
       (value) => {
         clearTimeout(timer);
@@ -98,7 +100,10 @@ function withDeadline<T>(work: Promise<T>, deadline: Deadline): Promise<T> {
       },
       (error: unknown) => {
         clearTimeout(timer);
-        reject(error as Error);
+        // The socket's own timeout is set to the same remaining time and may fire first (a busy event
+        // loop runs both timers late): when the budget is spent (within the clocks' few ms of skew), the reason
+        // is the budget.
+        reject(deadline.remainingMs() <= CLOCK_SKEW_MS ? deadlineError() : (error as Error));
       },
     );
   });

@@ -6,10 +6,9 @@
  * machine (test/machine-state.sh), then runs two lanes side by side:
  *   - the lab lane: both lab profiles and the guest image are prepared once,
  *     then the lab suites run (they share the labs; each removes its guests);
- *   - the other lane, at nice 10: lint, the quick suites in parallel shards,
- *     the root suites;
- * and then the floor run (test/floor/run.sh: the lowest claimed Node.js and
- * SDKs).
+ *   - the other lane: lint, the quick suites in parallel shards and the root
+ *     suites at nice 10, then the floor run (test/floor/run.sh: the lowest
+ *     claimed Node.js and SDKs).
  * Whatever happens (a failure, Ctrl-C, SIGTERM), it then tears both labs down
  * completely, snapshots the machine again and fails the run on any
  * difference, printing it. It ends with a timing table, a "N passed,
@@ -23,7 +22,7 @@ import { cpus, tmpdir } from "node:os";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { packRepository } from "../engine/pack";
-import { findSpecs, shard, type Spec } from "./suites";
+import { findSpecs, workUnits, shard, unitName, type Spec } from "./suites";
 import { runningSteps, runStep, stopAll, type StepOutcome, type StepSpec } from "./steps";
 
 const REPO = resolve(__dirname, "..", "..", "..");
@@ -78,16 +77,24 @@ const niced = (step: StepSpec): StepSpec => ({
 });
 
 /**
- * The lab suites in parallel shards (see LAB_SECONDS in suites.ts), one per
- * core: a guest under TCG keeps a core busy while it boots, so more shards
- * would only slow every guest down (past its boot deadline, on a busy
- * machine). They share the labs the runner started.
+ * The lab suites on one worker per core, each suite (or group of suites
+ * that share a stock host or the tiny pool) its own mocha process, taken from
+ * one queue heaviest first: a guest under TCG keeps a core busy while it
+ * boots, so more workers would only slow every guest down (past its boot
+ * deadline, on a busy machine), and a queue rather than fixed shards keeps
+ * both cores busy however far the weights (LAB_SECONDS) are off. Every suite
+ * gets its own row in the timing table. They share the labs the runner
+ * started.
  */
-function labShards(specs: readonly Spec[]): StepSpec[] {
-  return shard(
-    specs.filter((s) => s.kind === "lab" && !s.alone),
-    Math.max(1, cpus().length),
-  ).map((group, i) => mocha(`lab-${i + 1}`, group));
+async function labQueue(specs: readonly Spec[]): Promise<boolean> {
+  const queue = workUnits(specs.filter((s) => s.kind === "lab" && !s.alone));
+  const worker = async (): Promise<boolean> => {
+    let ok = true;
+    for (let unit = queue.shift(); unit !== undefined; unit = queue.shift())
+      ok = (await step(mocha(`lab ${unitName(unit)}`, unit))) && ok;
+    return ok;
+  };
+  return parallel(...Array.from({ length: Math.max(1, cpus().length) }, worker));
 }
 
 /** The lab suites that assert on the whole host (`test-runs: alone`), before the shards start. */
@@ -287,18 +294,16 @@ async function fullRun(): Promise<number> {
   );
   const beat = heartbeat();
   await parallel(
-    lane(...prepareLabs(), async () =>
-      sequence(...labAlone(specs), async () => parallel(...labShards(specs).map((s) => lane(s)))),
-    ),
+    lane(...prepareLabs(), async () => sequence(...labAlone(specs), async () => labQueue(specs))),
     sequence(
       niced({ name: "lint", command: "npm", args: ["run", "--silent", "lint"] }),
       async () => parallel(...quickShards(specs, 2, true).map((s) => lane(s))),
       mocha("root", rootSpecs, { niced: true }),
+      // Not niced: the floor's suites carry deadlines of a few seconds (the simulator's flaky-API tests), so
+      // they share the cores evenly with the guests (whose budgets scale with the load) rather than starve.
+      bash("floor", "test/floor/run.sh"),
     ),
   );
-  // The floor's suites carry deadlines of a few seconds (the simulator's flaky-API tests): they run once the
-  // guests are gone rather than starved beside them.
-  if (!interrupted) await step(bash("floor", "test/floor/run.sh"));
   clearInterval(beat);
   finishing ??= finish();
   return finishing;

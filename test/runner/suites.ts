@@ -12,9 +12,9 @@
  * The quick specs are split into shards of about equal weight (the byte size
  * of the compiled spec is a fair stand-in for how much it does), so they can
  * run as parallel mocha processes. Lab specs are weighed by what dominates
- * them, the guests they boot under TCG: the seconds one takes alone on a quiet
- * 2-core machine, measured (December 2026), so that no two guest-booting
- * suites share a shard and the guests of different shards boot side by side.
+ * them, the guests they boot under TCG: the seconds one took in a full run on a
+ * 2-core machine, measured (2 December 2026), so that the runner's queue
+ * starts the longest first and the guests of its two workers boot side by side.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
@@ -34,14 +34,14 @@ export interface Spec {
 
 /** Lab suites by the seconds they take alone (guests booted in parentheses); others count 10. */
 const LAB_SECONDS: Record<string, number> = {
-  "engine/root-program.test.js": 250, // (2) the pool end to end
-  "engine/stock-host.test.js": 200, // (1) zero-config on a stock host
-  "lab/egress.test.js": 180, // (2) squid with auth, NAT, check
-  "lab/kvm-proxy.test.js": 180, // (1 + 10 that are not waited for)
-  "engine/kvm.test.js": 55,
-  "lab/kvm-no-leak.test.js": 40,
+  "engine/root-program.test.js": 170, // (2) the pool end to end
+  "engine/stock-host.test.js": 150, // (1, UEFI) zero-config on a stock host
+  "lab/egress.test.js": 130, // (2) squid with auth, NAT, check
+  "lab/kvm-proxy.test.js": 95, // (1 + 10 that are not waited for)
+  "engine/kvm.test.js": 25,
+  "lab/kvm-no-leak.test.js": 85,
   "lab/libvirt-local.test.js": 20,
-  "lab/kvm-read.test.js": 15,
+  "lab/kvm-read.test.js": 12,
   "lab/libvirt-ssh.test.js": 12,
 };
 
@@ -111,16 +111,7 @@ export function shard(specs: readonly Spec[], count: number): Spec[][] {
     weight: 0,
     specs: [],
   }));
-  const units = new Map<string, Spec[]>();
-  for (const spec of specs) {
-    const key = spec.group ?? spec.path;
-    units.set(key, [...(units.get(key) ?? []), spec]);
-  }
-  const weightOf = (unit: Spec[]) => unit.reduce((sum, s) => sum + s.weight, 0);
-  const ordered = [...units.values()].sort(
-    (a, b) => weightOf(b) - weightOf(a) || a[0]!.path.localeCompare(b[0]!.path),
-  );
-  for (const unit of ordered) {
+  for (const unit of workUnits(specs)) {
     const lightest = shards.reduce((min, s) => (s.weight < min.weight ? s : min));
     lightest.specs.push(...unit);
     lightest.weight += weightOf(unit);
@@ -128,4 +119,29 @@ export function shard(specs: readonly Spec[], count: number): Spec[][] {
   return shards
     .map((s) => s.specs.sort((a, b) => a.path.localeCompare(b.path)))
     .filter((s) => s.length > 0);
+}
+
+const weightOf = (unit: readonly Spec[]) => unit.reduce((sum, s) => sum + s.weight, 0);
+
+/**
+ * Specs as units of work, heaviest first: the specs of one group together
+ * (they use one stock host, or fill one tiny pool, in turn), every other spec
+ * alone.
+ */
+export function workUnits(specs: readonly Spec[]): Spec[][] {
+  const units = new Map<string, Spec[]>();
+  for (const spec of specs) {
+    const key = spec.group ?? spec.path;
+    units.set(key, [...(units.get(key) ?? []), spec]);
+  }
+  return [...units.values()].sort(
+    (a, b) => weightOf(b) - weightOf(a) || a[0]!.path.localeCompare(b[0]!.path),
+  );
+}
+
+/** A unit's name in the timing table: its group, or its one spec's path below dist/test. */
+export function unitName(unit: readonly Spec[]): string {
+  const group = unit[0]?.group;
+  if (group !== undefined) return `${group} (${unit.length} suites)`;
+  return (unit[0]?.path ?? "").replace(/^dist\/test\//, "").replace(/\.test\.js$/, "");
 }
