@@ -277,6 +277,13 @@ async function fullRun(): Promise<number> {
     if (interrupted) return interrupted === "SIGINT" ? 130 : 143;
     return failed || !labsDown || !unchanged ? 1 : 0;
   };
+  // A bug in the runner itself still takes the labs down and compares the machine.
+  process.on("uncaughtException", (error) => {
+    process.stderr.write(`[test] the runner failed: ${error.stack ?? error.message}\n`);
+    outcomes.push({ name: "runner", seconds: 0, exitCode: 1, output: "" });
+    finishing ??= finish();
+    void finishing.then(() => process.exit(1));
+  });
   for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const)
     process.on(signal, () => {
       if (interrupted) return;
@@ -293,17 +300,23 @@ async function fullRun(): Promise<number> {
     specs.map((s) => `${s.kind.padEnd(5)} ${s.path}`).join("\n") + "\n",
   );
   const beat = heartbeat();
-  await parallel(
-    lane(...prepareLabs(), async () => sequence(...labAlone(specs), async () => labQueue(specs))),
-    sequence(
-      niced({ name: "lint", command: "npm", args: ["run", "--silent", "lint"] }),
-      async () => parallel(...quickShards(specs, 2, true).map((s) => lane(s))),
-      mocha("root", rootSpecs, { niced: true }),
-      // Not niced: the floor's suites carry deadlines of a few seconds (the simulator's flaky-API tests), so
-      // they share the cores evenly with the guests (whose budgets scale with the load) rather than starve.
-      bash("floor", "test/floor/run.sh"),
-    ),
-  );
+  try {
+    await parallel(
+      lane(...prepareLabs(), async () => sequence(...labAlone(specs), async () => labQueue(specs))),
+      sequence(
+        niced({ name: "lint", command: "npm", args: ["run", "--silent", "lint"] }),
+        async () => parallel(...quickShards(specs, 2, true).map((s) => lane(s))),
+        mocha("root", rootSpecs, { niced: true }),
+        // Not niced: the floor's suites carry deadlines of a few seconds (the simulator's flaky-API tests), so
+        // they share the cores evenly with the guests (whose budgets scale with the load) rather than starve.
+        bash("floor", "test/floor/run.sh"),
+      ),
+    );
+  } catch (error) {
+    const e = error as Error;
+    process.stderr.write(`[test] the runner failed: ${e.stack ?? e.message}\n`);
+    outcomes.push({ name: "runner", seconds: 0, exitCode: 1, output: "" });
+  }
   clearInterval(beat);
   finishing ??= finish();
   return finishing;

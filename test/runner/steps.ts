@@ -38,9 +38,15 @@ export function mochaCounts(output: string): { passed?: number; failed?: number 
   return counts;
 }
 
+/** A step's name as a file name: lab suites are named by their path ("lab engine/kvm"). */
+export const logFileName = (stepName: string): string =>
+  `${stepName.replace(/[^A-Za-z0-9._-]+/g, "_")}.log`;
+
 export function runStep(step: StepSpec, cwd: string, logDir: string): Promise<StepOutcome> {
   mkdirSync(logDir, { recursive: true });
-  const log = createWriteStream(join(logDir, `${step.name}.log`));
+  const log = createWriteStream(join(logDir, logFileName(step.name)));
+  // A log that cannot be written must not end the runner (and skip the teardown): the output is kept anyway.
+  log.on("error", (error) => process.stderr.write(`[test] ${step.name}: log: ${error.message}\n`));
   const started = Date.now();
   return new Promise((resolve) => {
     const child = spawn(step.command, step.args, {

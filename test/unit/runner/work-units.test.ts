@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { logFileName } from "../../runner/steps";
 import { shard, unitName, workUnits, type Spec } from "../../runner/suites";
 
 const spec = (path: string, weight: number, group?: string): Spec => ({
@@ -37,5 +38,12 @@ describe("the test runner's units of lab work", () => {
       ["root-program.test.js", "small.test.js"],
       ["stock-host.test.js", "doctor.test.js", "egress.test.js"],
     ]);
+  });
+});
+
+describe("the test runner's step logs", () => {
+  it("names a lab suite's log file without a directory separator or a space", () => {
+    assert.equal(logFileName("lab engine/root-program"), "lab_engine_root-program.log");
+    assert.equal(logFileName("lab stock-host (2 suites)"), "lab_stock-host_2_suites_.log");
   });
 });
