@@ -97,7 +97,7 @@ async function labQueue(specs: readonly Spec[]): Promise<boolean> {
   return parallel(...Array.from({ length: Math.max(1, cpus().length) }, worker));
 }
 
-/** The lab suites that assert on the whole host (`test-runs: alone`), before the shards start. */
+/** The lab suites that assert on the whole host (`test-runs: alone`), before the queue starts. */
 function labAlone(specs: readonly Spec[]): StepSpec[] {
   const alone = specs.filter((s) => s.kind === "lab" && s.alone);
   return alone.length === 0 ? [] : [mocha("lab-alone", alone)];

@@ -26,7 +26,7 @@ export interface Spec {
   kind: SpecKind;
   /** Says `test-runs: alone`: it asserts on the whole host, so no other lab suite may run beside it. */
   alone?: boolean;
-  /** Specs of one group share a shard: they use one stock host, or fill one tiny pool, in turn. */
+  /** Specs of one group run together: they use one stock host, or fill one tiny pool, in turn. */
   group?: string;
   /** Quick and root specs: the compiled size; lab specs: the seconds they take alone. */
   weight: number;
