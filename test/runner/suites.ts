@@ -9,12 +9,16 @@
  *   but starts no lab;
  * - `quick`: everything else: no root, no lab, no network beyond loopback.
  *
- * The quick specs are split into shards of about equal weight (the byte size
- * of the compiled spec is a fair stand-in for how much it does), so they can
- * run as parallel mocha processes. Lab specs are weighed by what dominates
- * them, the guests they boot under TCG: the seconds one took in a full run on a
- * 2-core machine, measured (2 December 2026), so that the runner's queue
- * starts the longest first and the guests of its two workers boot side by side.
+ * The quick specs are split into shards of about equal weight, the seconds
+ * each took alone on a quiet 2-core machine (QUICK_SECONDS, measured December
+ * 2026; a spec not listed counts 2 s), so they can run as parallel mocha
+ * processes: the byte size of a spec says nothing of the deadlines it waits
+ * out (pve-sim/lifecycle and no-leak wait ~20 s each on 10 s create
+ * deadlines, the shortest the schema allows, on one core-second). Lab specs
+ * are weighed by what dominates them, the guests they boot under TCG: the
+ * seconds one took in a full run on a 2-core machine, measured (2 December
+ * 2026), so that the runner's queue starts the longest first and the guests
+ * of its two workers boot side by side.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
@@ -28,7 +32,7 @@ export interface Spec {
   alone?: boolean;
   /** Specs of one group run together: they use one stock host, or fill one tiny pool, in turn. */
   group?: string;
-  /** Quick and root specs: the compiled size; lab specs: the seconds they take alone. */
+  /** Quick and lab specs: the seconds they take alone; root specs: the compiled size. */
   weight: number;
 }
 
@@ -44,6 +48,69 @@ const LAB_SECONDS: Record<string, number> = {
   "lab/kvm-read.test.js": 12,
   "lab/libvirt-ssh.test.js": 12,
 };
+
+/** Quick suites by the seconds they take alone (wall, serial, Node 26, December 2026). */
+const QUICK_SECONDS: Record<string, number> = {
+  "cloud-init/nocloud-seed.test.js": 2.3,
+  "cloud-init/squid-cloud-init.test.js": 1.1,
+  "engine/egress.test.js": 1.7,
+  "engine/examples.test.js": 1.5,
+  "engine/frozen-api.test.js": 3.5,
+  "engine/kubernetes-optional.test.js": 4.3,
+  "engine/preview-unknowns.test.js": 12.2,
+  "engine/proxmox.test.js": 15.2,
+  "engine/secrets.test.js": 6.8,
+  "engine/static.test.js": 2.1,
+  "integration/check-command.test.js": 10.3,
+  "integration/image-source.test.js": 2.2,
+  "libvirt-schema/xml-schema.test.js": 0.2,
+  "pve-sim/client.test.js": 2.5,
+  "pve-sim/contention.test.js": 1.6,
+  "pve-sim/egress.test.js": 0.7,
+  "pve-sim/lifecycle.test.js": 22.6,
+  "pve-sim/no-leak.test.js": 19.9,
+  "pve-sim/privileges.test.js": 3.9,
+  "pve-sim/read-drift.test.js": 3.2,
+  "pve-sim/reaper.test.js": 3.1,
+  "pve-sim/simulator.test.js": 2.4,
+  "readers/iso9660-readers.test.js": 2.3,
+  "unit/check/egress.test.js": 0.6,
+  "unit/cli/doctor.test.js": 7.9,
+  "unit/common-deadline.test.js": 0.4,
+  "unit/common-lifecycle.test.js": 0.8,
+  "unit/common-preview.test.js": 0.8,
+  "unit/common.test.js": 0.1,
+  "unit/components/placement.test.js": 0.2,
+  "unit/components/pool.test.js": 1.9,
+  "unit/components/stack-config.test.js": 1.9,
+  "unit/dead-code.test.js": 5.6,
+  "unit/iso9660-writer.test.js": 0.1,
+  "unit/kvm-builders.test.js": 0.4,
+  "unit/kvm/classify.test.js": 0.2,
+  "unit/kvm/image-source-policy.test.js": 0.2,
+  "unit/kvm/observed.test.js": 0.2,
+  "unit/kvm/preflight.test.js": 0.1,
+  "unit/libvirt-rpc-xdr/client.test.js": 0.5,
+  "unit/libvirt-rpc-xdr/core.test.js": 0.1,
+  "unit/libvirt-rpc-xdr/preflight-procedures.test.js": 0.1,
+  "unit/libvirt-rpc-xdr/protocol-source.test.js": 0.1,
+  "unit/libvirt-rpc-xdr/stream-machine.test.js": 2.6,
+  "unit/libvirt-rpc-xdr/xdr.test.js": 0.1,
+  "unit/nocloud.test.js": 0.1,
+  "unit/proxmox-observed.test.js": 0.1,
+  "unit/proxmox-pure.test.js": 0.2,
+  "unit/reaper/cli.test.js": 1.5,
+  "unit/reaper/plan.test.js": 0.1,
+  "unit/reaper/states-config.test.js": 0.3,
+  "unit/self-contained.test.js": 0.1,
+  "unit/ssh/host-key-type.test.js": 0.3,
+  "unit/ssh/known-hosts.test.js": 0.1,
+  "unit/ssh/pool.test.js": 0.4,
+  "unit/static/static-proxy.test.js": 2.2,
+  "unit/up-script.test.js": 0.1,
+};
+/** A quick spec not in QUICK_SECONDS: about the median. */
+const QUICK_DEFAULT_SECONDS = 2;
 
 const LAB_FIXTURE = /require\("(?:\.\.\/lab\/|\.\/)(?:fixture|stock-fixture)"\)/;
 const STOCK_FIXTURE = /require\("(?:\.\.\/lab\/|\.\/)stock-fixture"\)/;
@@ -89,8 +156,13 @@ export function findSpecs(testDir: string, cwd: string): Spec[] {
     .sort()
     .map((path) => {
       const { kind, group } = kindOfSpec(path, resolve(testDir));
+      const key = relative(testDir, path);
       const weight =
-        kind === "lab" ? (LAB_SECONDS[relative(testDir, path)] ?? 10) : statSync(path).size;
+        kind === "lab"
+          ? (LAB_SECONDS[key] ?? 10)
+          : kind === "quick"
+            ? (QUICK_SECONDS[key] ?? QUICK_DEFAULT_SECONDS)
+            : statSync(path).size;
       const alone = RUNS_ALONE.test(readFileSync(path, "utf8"));
       return {
         path: relative(cwd, path),
