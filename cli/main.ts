@@ -4,10 +4,12 @@
  *   doctor   is this hypervisor ready for KvmProxy? (and --fix the standard set-up)
  *   check    are the proxies up, and which egress address does each give?
  */
+import { versionText } from "../provider/common/version";
 import { check, CHECK_USAGE } from "./check/command";
 import { doctor, DOCTOR_USAGE } from "./doctor/command";
 
 const USAGE = `usage: egress-proxies <command> [options]
+       egress-proxies --version [--verbose]
 commands:
   doctor   check the KVM hosts of a stack config (or one host) and optionally --fix them
   check    probe every proxy of a stack (HTTP, CONNECT, egress address); table, --json, --prometheus
@@ -21,6 +23,9 @@ const commands: Record<string, (argv: string[]) => Promise<number>> = {
     doctor(argv, {
       out: (text) => process.stdout.write(`${text}\n`),
       err: (text) => process.stderr.write(`${text}\n`),
+      ...(process.stdout.isTTY && process.stdout.columns > 0
+        ? { columns: process.stdout.columns }
+        : {}),
     }),
   check: (argv) =>
     check(argv, {
@@ -40,6 +45,17 @@ async function readStdin(): Promise<string> {
 
 export async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
+  if (name === "--version" || name === "-V") {
+    const extra = rest.filter((arg) => arg !== "--verbose");
+    if (extra.length > 0) {
+      process.stderr.write(
+        `egress-proxies: --version takes only --verbose, not ${extra.join(" ")}\n`,
+      );
+      return 2;
+    }
+    process.stdout.write(`${versionText("egress-proxies", rest.includes("--verbose"))}\n`);
+    return 0;
+  }
   if (name === undefined || name === "help" || name === "--help" || name === "-h") {
     (name === undefined ? process.stderr : process.stdout).write(`${USAGE}\n`);
     return name === undefined ? 2 : 0;

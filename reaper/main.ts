@@ -5,11 +5,13 @@
  * them. Dry run by default. See docs/reaper.md.
  */
 import { parseArgs } from "node:util";
+import { versionText } from "../provider/common/version";
 import { ConfigError, loadConfig } from "./config";
 import { parseDuration } from "./plan";
 import { EXIT, runSweep } from "./sweep";
 
-const USAGE = `usage: egress-reaper --config <file.json> [--apply] [--json] [--min-age 1h] [--prune-images] [--project <name>]`;
+const USAGE = `usage: egress-reaper --config <file.json> [--apply] [--json] [--min-age 1h] [--prune-images] [--project <name>]
+       egress-reaper --version [--verbose]`;
 
 export async function main(argv: string[]): Promise<number> {
   let values;
@@ -24,12 +26,18 @@ export async function main(argv: string[]): Promise<number> {
         "prune-images": { type: "boolean", default: false },
         project: { type: "string" },
         help: { type: "boolean", short: "h", default: false },
+        version: { type: "boolean", short: "V", default: false },
+        verbose: { type: "boolean", default: false },
       },
       strict: true,
     }));
   } catch (error) {
     process.stderr.write(`egress-reaper: ${(error as Error).message}\n${USAGE}\n`);
     return EXIT.usage;
+  }
+  if (values.version) {
+    process.stdout.write(`${versionText("egress-reaper", values.verbose)}\n`);
+    return EXIT.ok;
   }
   if (values.help) {
     process.stdout.write(`${USAGE}\n`);

@@ -8,7 +8,12 @@ import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { PermanentError } from "../provider/common/errors";
 import type { DeleteOutcome } from "../provider/common/lifecycle";
-import { closeAllProxmoxLinks, type ConnectionInputs } from "../provider/proxmox/leftovers";
+import {
+  closeAllProxmoxLinks,
+  deleteSeedLeftover,
+  proxmoxClient,
+  type ConnectionInputs,
+} from "../provider/proxmox/leftovers";
 import { deleteProxy } from "../provider/proxmox/provider";
 import { NAME_PATTERN } from "./names";
 import type { PlanEntry } from "./plan";
@@ -44,6 +49,20 @@ export const proxmoxBackendSchema = z.strictObject({
     )
     .min(1, { error: "nodes must list at least one node" }),
   deleteTimeoutSeconds: z.number().int().min(10).max(3600).default(300),
+  /**
+   * Seed ISOs carry no mark. A seed without a VM whose VM name starts with
+   * namePrefix is taken to be this stack's; without this it is reported as
+   * "owner unknown" and never touched (as KVM volumes).
+   */
+  unmarkedVolumes: z
+    .strictObject({
+      owner: z.strictObject({
+        project: z.string().min(1, { error: "project must not be empty" }),
+        stack: z.string().min(1, { error: "stack must not be empty" }),
+      }),
+      namePrefix: z.string().default(""),
+    })
+    .optional(),
 });
 
 export type ProxmoxBackendConfig = z.output<typeof proxmoxBackendSchema>;
@@ -90,6 +109,8 @@ export async function deleteProxmoxEntry(
   entry: PlanEntry,
 ): Promise<DeleteOutcome> {
   const { item } = entry;
+  if (item.kind === "seed")
+    return deleteSeedLeftover(proxmoxClient(inputs), item, config.deleteTimeoutSeconds);
   if (
     item.kind !== "proxmox-vm" ||
     item.resourceId === undefined ||

@@ -8,6 +8,7 @@ import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { parseArgs, promisify } from "node:util";
 import { Deadline } from "../../provider/common/deadline";
+import { EgressProxyError } from "../../provider/common/errors";
 import { safeErrorMessage } from "../../provider/common/redact";
 import { closeAllHosts, openHost } from "../../provider/kvm/connect";
 import { runPreflight } from "../../provider/kvm/host-facts";
@@ -28,6 +29,8 @@ const DOCTOR_EXIT = { ready: 0, notReady: 1, usage: 2 } as const;
 export interface Output {
   out(text: string): void;
   err(text: string): void;
+  /** The terminal's width when stdout is one; the table fits 80 columns otherwise. */
+  columns?: number;
 }
 
 const run = promisify(execFile);
@@ -72,7 +75,9 @@ async function examine(
     if (fixed.length > 0) findings = await runPreflight(host, target.wants, { autostart: true });
     return { target, findings, fixed };
   } catch (error) {
-    return { target, problem: safeErrorMessage(error as Error), findings: [], fixed: [] };
+    // The table says host and check already: the detail without the "connect <host>:" prefix.
+    const problem = safeErrorMessage(error instanceof EgressProxyError ? error.detail : error);
+    return { target, problem, findings: [], fixed: [] };
   }
 }
 
@@ -156,9 +161,8 @@ export async function doctor(argv: string[], output: Output): Promise<number> {
     const reports = await Promise.all(
       targets.map((target) => examine(target, values.fix, timeoutSeconds)),
     );
-    output.out(values.json ? renderJson(reports) : renderTable(reports));
-    for (const report of reports)
-      if (report.problem !== undefined) output.err(`${report.target.label}: ${report.problem}`);
+    // A problem is in the table (or the JSON) once: not repeated on stderr.
+    output.out(values.json ? renderJson(reports) : renderTable(reports, output.columns ?? 80));
     return reports.every(hostPassed) ? DOCTOR_EXIT.ready : DOCTOR_EXIT.notReady;
   } finally {
     await closeAllHosts();

@@ -41,14 +41,8 @@ export function classifyApiFailure(failure: ApiFailure): EgressProxyError {
   if (MISSING_CONFIG.test(failure.message)) return new NotFoundError(text, context);
   if (failure.status === 401)
     return new PermanentError(`${text}: ${rejectedTokenHint(failure)}`, context);
-  if (failure.status === 403) {
-    const missing = /Permission check failed \(([^,]+), ([^)]+)\)/.exec(failure.message);
-    const hint =
-      missing === null
-        ? "grant the token's role the privileges listed in docs/proxmox.md"
-        : `grant privilege ${missing[2]} on path ${missing[1]} to the token (and to its user: tokens with privilege separation get the intersection)`;
-    return new PermanentError(`${text}: ${hint}`, context);
-  }
+  if (failure.status === 403)
+    return new PermanentError(`${text}: ${deniedPrivilegeHint(failure)}`, context);
   if (TRANSIENT_TEXT.some((pattern) => pattern.test(failure.message)))
     return new TransientError(text, context);
   if (/No QEMU guest agent configured/i.test(failure.message))
@@ -76,6 +70,32 @@ function rejectedTokenHint({ token }: ApiFailure): string {
     `has expired, or its secret is not this one; compare the id with Datacenter → Permissions → API Tokens ` +
     `and give ${token.source} the token as user@realm!tokenid=secret`
   );
+}
+
+/**
+ * F17: a 403 names the path and the privilege when PVE says which ("Permission
+ * check failed (<path>, <privilege>)"); other 403s ("Only root may use this
+ * option.") say nothing more, and the hint points at the documented role.
+ */
+function deniedPrivilegeHint({ message, token }: ApiFailure): string {
+  const who =
+    token === undefined ? "the API token" : `API token ${token.id} (from ${token.source})`;
+  const missing = /Permission check failed \(([^,]+), ([^)]+)\)/.exec(message);
+  if (missing === null)
+    return `Proxmox refused ${who}; grant its role the privileges listed in docs/proxmox.md (section 3, "Least-privilege token")`;
+  return (
+    `Proxmox refused ${who}: grant privilege ${missing[2]} on path ${missing[1]} to the token ` +
+    `(and to its user: tokens with privilege separation get the intersection)`
+  );
+}
+
+/**
+ * A 401 or 403: the server said no to these credentials. Nothing after it can
+ * succeed with the same token, so callers stop at once: no retry, no look
+ * around for what a failed step may have left (a refused request made nothing).
+ */
+export function isCredentialRejected(error: unknown): boolean {
+  return error instanceof PermanentError && /^40[13] /.test(error.detail);
 }
 
 function describeApiFailure(failure: ApiFailure): string {

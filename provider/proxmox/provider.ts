@@ -20,7 +20,7 @@ import { isIncompleteCreate, PartialCreateError } from "../common/partial-create
 import { egressAtReadiness } from "../common/egress";
 import { waitForTcpPort } from "../common/readiness";
 import { FormFields, ProxmoxClient } from "./client";
-import { isTaskFailure, isVmidTaken } from "./classify";
+import { isCredentialRejected, isTaskFailure, isVmidTaken } from "./classify";
 import { ConnectionInputs, rememberProviderConfig, resolveConnection } from "./connection";
 import { decideProxmoxDiff, DiffDecision, PROXMOX_CHANGE_TABLE } from "./diff";
 import {
@@ -234,7 +234,7 @@ async function recordIfCloneExists(
   vm: EnsuredVm,
   error: unknown,
 ): Promise<never> {
-  if (isTaskFailure(error)) throw error;
+  if (isTaskFailure(error) || isCredentialRejected(error)) throw error;
   const existenceCheck = new Deadline(10_000, "the 10 s existence check");
   const stillThere = await getStatus(client, vm.ref, existenceCheck).then(
     () => true,
@@ -290,8 +290,9 @@ async function recordCloneLeftBehind(
 ): Promise<never> {
   if (error instanceof PartialCreateError) throw error;
   const failure = withContext(error, { operation: "create", resource: where });
-  // A failed clone task is cleaned up by PVE: nothing of ours can be left.
-  if (isTaskFailure(error)) throw failure;
+  // A failed clone task is cleaned up by PVE, and a refused request made nothing: nothing of
+  // ours can be left (and a refused token would only be refused again).
+  if (isTaskFailure(error) || isCredentialRejected(error)) throw failure;
   const look = new Deadline(10_000, "the 10 s look for a clone left behind");
   const found = await listVms(client, look).then(
     (entries) => entries.find((entry) => entry.node === spec.node && entry.name === spec.vmName),

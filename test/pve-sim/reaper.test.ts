@@ -274,4 +274,96 @@ describe("reaper against the Proxmox simulator", function () {
     ]);
     assert.ok(!sim.vms.has(orphan.vmid));
   });
+
+  describe("seed ISOs whose VM is gone", () => {
+    const seedConfig = (
+      sim: PveSimulator,
+      resources: Array<{ id: string; vmName: string }>,
+      rule?: { namePrefix: string },
+    ): ReaperConfig => {
+      config(sim, [{ checkpointFile: stateFile([]) }]); // writes the token and CA files
+      return parseConfig({
+        states: [{ checkpointFile: stateFile(resources) }],
+        proxmox: [
+          {
+            name: "pve",
+            apiEndpoint: sim.endpoint,
+            apiTokenFile: join(workDir, "token"),
+            caCertFile: join(workDir, "ca.pem"),
+            nodes: [{ node: sim.node, seedStorage: "seeds" }],
+            deleteTimeoutSeconds: 30,
+            ...(rule === undefined
+              ? {}
+              : { unmarkedVolumes: { owner: { project: PROJECT, stack: STACK }, ...rule } }),
+          },
+        ],
+      });
+    };
+    const seedItems = (report: JsonReport) =>
+      report.items
+        .filter((item) => item.kind === "seed")
+        .map((item) => `${item.name} ${item.action}: ${item.why}`)
+        .sort();
+    const now = () => ({ now: new Date() });
+
+    it("lists an old orphaned seed of ours and removes it with --apply; leaves a young one and a foreign one", async () => {
+      const { sim } = env;
+      const live = await createVm(sim, "proxy-live");
+      sim.putIsoFile("seeds", "proxy-old-seed.iso", Buffer.from("old"), 3 * 3600);
+      sim.putIsoFile("seeds", "proxy-young-seed.iso", Buffer.from("young"), 630);
+      sim.putIsoFile("seeds", "other-old-seed.iso", Buffer.from("other"), 3 * 3600);
+      sim.putIsoFile("seeds", "debian-13-netinst.iso", Buffer.from("install media"), 9 * 3600);
+      const cfg = seedConfig(sim, [{ id: live.id, vmName: "proxy-live" }], {
+        namePrefix: "proxy-",
+      });
+      const dry = await sweep(cfg, now());
+      assert.equal(dry.status, EXIT.ok, dry.stderr);
+      assert.deepEqual(seedItems(dry.report), [
+        "other-old-seed.iso keep: no domain, but volumes carry no mark: owner unknown (see unmarkedVolumes)",
+        `proxy-old-seed.iso reap: not in the state of ${PROJECT}/${STACK} (owner from the config: no mark)`,
+        "proxy-young-seed.iso keep: younger than --min-age (10m)",
+      ]);
+      assert.ok(sim.isoFile("seeds", "proxy-old-seed.iso"));
+      const applied = await sweep(cfg, { ...now(), apply: true });
+      assert.equal(applied.status, EXIT.ok, applied.stderr);
+      assert.deepEqual(applied.report.removed, [
+        { backend: "pve", kind: "seed", name: "proxy-old-seed.iso", outcome: "removed" },
+      ]);
+      assert.equal(sim.isoFile("seeds", "proxy-old-seed.iso"), undefined);
+      for (const kept of [
+        "proxy-young-seed.iso",
+        "other-old-seed.iso",
+        "debian-13-netinst.iso",
+        "proxy-live-seed.iso",
+      ])
+        assert.ok(sim.isoFile("seeds", kept), kept);
+    });
+
+    it("without unmarkedVolumes an orphaned seed is reported with an unknown owner and never removed", async () => {
+      const { sim } = env;
+      sim.putIsoFile("seeds", "proxy-old-seed.iso", Buffer.from("old"), 3 * 3600);
+      const applied = await sweep(seedConfig(sim, []), { ...now(), apply: true });
+      assert.equal(applied.status, EXIT.ok, applied.stderr);
+      assert.deepEqual(seedItems(applied.report), [
+        "proxy-old-seed.iso keep: no domain, but volumes carry no mark: owner unknown (see unmarkedVolumes)",
+      ]);
+      assert.deepEqual(applied.report.removed, []);
+      assert.ok(sim.isoFile("seeds", "proxy-old-seed.iso"));
+    });
+
+    it("a seed a VM still uses (by its name, or named in another VM's config) is not listed", async () => {
+      const { sim } = env;
+      const vm = await createVm(sim, "proxy-attached");
+      // Another VM mounts an old seed by hand: its config names the file.
+      sim.putIsoFile("seeds", "proxy-borrowed-seed.iso", Buffer.from("x"), 3 * 3600);
+      sim.addForeignVm(31010, "hand-made");
+      sim.vms.get(31010)!.config.ide2 = "seeds:iso/proxy-borrowed-seed.iso,media=cdrom";
+      const cfg = seedConfig(sim, [{ id: vm.id, vmName: "proxy-attached" }], {
+        namePrefix: "proxy-",
+      });
+      const dry = await sweep(cfg, now());
+      assert.equal(dry.status, EXIT.ok, dry.stderr);
+      assert.deepEqual(seedItems(dry.report), []);
+    });
+  });
 });

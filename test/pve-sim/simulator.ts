@@ -77,6 +77,8 @@ export interface SimStorage {
   content: Set<string>;
   /** volid → bytes (ISO files) or size (disks). */
   files: Map<string, Buffer>;
+  /** volid → when the file was written (seconds since the epoch): the content listing's `ctime`. */
+  fileTimes?: Map<string, number>;
 }
 
 export interface SimVm {
@@ -239,6 +241,15 @@ export class PveSimulator {
   /** Someone deleted the VM out of band. */
   removeVmOutOfBand(vmid: number): void {
     this.vms.delete(vmid);
+  }
+
+  /** Puts an ISO file on a storage as if it was uploaded `ageSeconds` ago (out of band, no task). */
+  putIsoFile(storageId: string, fileName: string, data: Buffer, ageSeconds = 0): void {
+    const storage = this.storages.get(storageId);
+    if (storage === undefined) throw new Error(`no storage ${storageId}`);
+    const volid = `${storageId}:iso/${fileName}`;
+    storage.files.set(volid, data);
+    (storage.fileTimes ??= new Map()).set(volid, Math.floor(Date.now() / 1000) - ageSeconds);
   }
 
   isoFile(storage: string, fileName: string): Buffer | undefined {
@@ -941,6 +952,10 @@ export class PveSimulator {
       await sleep(this.taskMs("imgcopy"));
       // F12: an existing file of that name is overwritten without a word.
       storage.files.set(`${storageId}:${content}/${fileName}`, data);
+      (storage.fileTimes ??= new Map()).set(
+        `${storageId}:${content}/${fileName}`,
+        Math.floor(Date.now() / 1000),
+      );
       log("finished file import successfully");
     });
   }
@@ -954,6 +969,7 @@ export class PveSimulator {
     return this.startTask(caller, "imgdel", storageId, async () => {
       await sleep(this.taskMs("imgdel"));
       storage.files.delete(volid);
+      storage.fileTimes?.delete(volid);
     });
   }
 
@@ -961,12 +977,17 @@ export class PveSimulator {
     const storage = this.storages.get(storageId);
     if (storage === undefined) throw new ApiError(500, `storage '${storageId}' does not exist`);
     this.require(caller, `/storage/${storageId}`, "Datastore.Audit");
-    return [...storage.files.entries()].map(([volid, data]) => ({
-      volid,
-      size: data.length,
-      content: volid.includes(":iso/") ? "iso" : "images",
-      format: volid.endsWith(".iso") ? "iso" : "raw",
-    }));
+    // Directory storages report each file's ctime (seconds), as pve-storage's list does.
+    return [...storage.files.entries()].map(([volid, data]) => {
+      const ctime = storage.fileTimes?.get(volid);
+      return {
+        volid,
+        size: data.length,
+        content: volid.includes(":iso/") ? "iso" : "images",
+        format: volid.endsWith(".iso") ? "iso" : "raw",
+        ...(ctime === undefined ? {} : { ctime }),
+      };
+    });
   }
 
   // ---------------------------------------------------------------- tasks (F16)

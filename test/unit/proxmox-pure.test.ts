@@ -4,10 +4,16 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
-import { NotFoundError, PermanentError, TransientError } from "../../provider/common/errors";
+import {
+  NotFoundError,
+  PermanentError,
+  TransientError,
+  withContext,
+} from "../../provider/common/errors";
 import {
   classifyApiFailure,
   classifyTaskFailure,
+  isCredentialRejected,
   classifyTransportFailure,
 } from "../../provider/proxmox/classify";
 import { decideProxmoxDiff as decideDiff } from "../../provider/proxmox/diff";
@@ -34,6 +40,44 @@ const BASE = {
   seedStorage: "seeds",
   owner: OWNER,
 };
+
+describe("proxmox classify: a refused credential", () => {
+  const refused = (status: number, message: string) =>
+    classifyApiFailure({
+      method: "POST",
+      path: "/nodes/pve/qemu/9000/clone",
+      status,
+      message,
+      parameterErrors: {},
+      token: { id: "proxy@pve!egress", source: "PROXMOX_VE_API_TOKEN" },
+    });
+
+  it("a 401 and a 403 are refusals that stop the call; other Permanent errors are not", () => {
+    assert.equal(isCredentialRejected(refused(401, "Authentication failed!")), true);
+    assert.equal(isCredentialRejected(refused(403, "Only root may use this option.")), true);
+    assert.equal(
+      isCredentialRejected(
+        withContext(refused(403, "Permission check failed (/, Sys.Audit)"), {
+          operation: "create",
+        }),
+      ),
+      true,
+    );
+    assert.equal(isCredentialRejected(refused(400, "Parameter verification failed.")), false);
+    assert.equal(isCredentialRejected(refused(500, "VM 1 is running - destroy failed")), false);
+  });
+
+  it("a 403 names the token, and the privilege and path when PVE says them", () => {
+    assert.match(
+      refused(403, "Permission check failed (/vms/9000, VM.Clone)").message,
+      /refused API token proxy@pve!egress \(from PROXMOX_VE_API_TOKEN\): grant privilege VM\.Clone on path \/vms\/9000/,
+    );
+    assert.match(
+      refused(403, "Only root may use this option.").message,
+      /refused API token proxy@pve!egress \(from PROXMOX_VE_API_TOKEN\); grant its role the privileges listed in docs\/proxmox\.md/,
+    );
+  });
+});
 
 describe("proxmox classify: the one table", () => {
   const api = (status: number, message: string, parameterErrors: Record<string, string> = {}) =>

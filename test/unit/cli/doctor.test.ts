@@ -4,6 +4,7 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { TargetError, targetFromFlags, targetsFromStackConfig } from "../../../cli/doctor/targets";
+import { doctorTableRows, squashed } from "../../support/doctor-table";
 
 /** dist/cli/main.js, as npm links the egress-proxies bin. */
 const BIN = resolve(__dirname, "..", "..", "..", "cli", "main.js");
@@ -35,6 +36,34 @@ describe("egress-proxies command line", () => {
     assert.match(unknown.stderr, /unknown command "chek"/);
   });
 
+  it("--version prints package.json's version; --verbose adds Node.js and the Pulumi SDK", () => {
+    const manifest = JSON.parse(
+      readFileSync(resolve(__dirname, "..", "..", "..", "..", "package.json"), "utf8"),
+    ) as { version: string };
+    const sdk = (
+      JSON.parse(readFileSync(require.resolve("@pulumi/pulumi/package.json"), "utf8")) as {
+        version: string;
+      }
+    ).version;
+    const bins: Array<[string, string]> = [
+      ["egress-proxies", BIN],
+      ["egress-reaper", resolve(__dirname, "..", "..", "..", "reaper", "main.js")],
+    ];
+    for (const [name, bin] of bins) {
+      const run = (args: string[]) =>
+        spawnSync(process.execPath, [bin, ...args], { encoding: "utf8", timeout: 30_000 });
+      const plain = run(["--version"]);
+      assert.equal(plain.status, 0, plain.stderr);
+      assert.equal(plain.stdout, `${name} ${manifest.version}\n`);
+      const verbose = run(["--version", "--verbose"]);
+      assert.equal(verbose.status, 0, verbose.stderr);
+      assert.equal(
+        verbose.stdout,
+        `${name} ${manifest.version}\nNode.js ${process.versions.node}\n@pulumi/pulumi ${sdk}\n`,
+      );
+    }
+  });
+
   it("rejects contradictory or incomplete doctor flags with the reason (exit 2)", () => {
     for (const [args, reason] of [
       [["--network", "default", "--bridge", "br0"], /give --network or --bridge, not both/],
@@ -58,10 +87,16 @@ describe("egress-proxies command line", () => {
     const table = egressProxies(["doctor", "--socket", socket]);
     assert.equal(table.status, 1, table.stderr);
     assert.match(table.stdout, /^HOST\s+CHECK\s+STATUS\s+WHAT\s+FIX/);
+    const [row, ...others] = doctorTableRows(table.stdout);
+    assert.equal(others.length, 0);
+    assert.deepEqual([row!.host, row!.check, row!.status], ["local", "connect", "FAIL"]);
     assert.match(
-      table.stdout,
-      /local\s+connect\s+FAIL\s+.*ENOENT.*libvirtd is not running or listens elsewhere/,
+      squashed(row!.what),
+      /^cannotconnecttolibvirtsocket.*ENOENT.*libvirtdisnotrunningorlistenselsewhere/,
     );
+    // Said once: in the table, not again on stderr.
+    assert.equal(table.stderr, "");
+    for (const line of table.stdout.split("\n")) assert.ok(line.length <= 80, line);
     assert.match(table.stdout, /1 of 1 host\(s\) not ready/);
     const json = egressProxies(["doctor", "--socket", socket, "--json"]);
     assert.equal(json.status, 1);
