@@ -126,12 +126,4 @@ export async function removeDomainIfPresent(conn: LibvirtConnection, name: strin
   }
 }
 
-/** Resolves with the rejection of `promise` (fails the test when it resolves). */
-export async function rejectionOf(promise: Promise<unknown>): Promise<Error> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as Error;
-  }
-  throw new Error("expected the promise to reject, but it resolved");
-}
+export { rejectionOf } from "../support/rejection";

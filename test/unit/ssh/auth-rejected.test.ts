@@ -17,17 +17,7 @@ import { closeAllHosts, openHost } from "../../../provider/kvm/connect";
 import * as kvm from "../../../provider/kvm/provider";
 import { kvmResourceId } from "../../../provider/kvm/naming";
 import { openKvmSession } from "../../../provider/kvm/leftovers";
-
-const publicLine = (key: { public: string }) => key.public.split(" ").slice(0, 2).join(" ");
-
-async function rejectionOf(promise: Promise<unknown>): Promise<Error> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as Error;
-  }
-  assert.fail("expected a rejection");
-}
+import { publicLine, rejectionOf } from "../../support/rejection";
 
 describe("ssh: a host that refuses the credentials is asked once", function () {
   this.timeout(30_000);

@@ -10,17 +10,7 @@ import type { AddressInfo } from "node:net";
 import { Client, Server, utils } from "ssh2";
 import { classifyLibvirtError } from "../../../provider/kvm/classify";
 import { SshHostKeyError, dialSsh, releaseSshClient } from "../../../provider/ssh";
-
-const publicLine = (key: { public: string }) => key.public.split(" ").slice(0, 2).join(" ");
-
-async function rejectionOf(promise: Promise<unknown>): Promise<Error> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as Error;
-  }
-  assert.fail("expected a rejection");
-}
+import { publicLine, rejectionOf } from "../../support/rejection";
 
 describe("ssh: a host that no longer offers the pinned host-key type", function () {
   this.timeout(20_000);
