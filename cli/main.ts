@@ -34,8 +34,20 @@ const commands: Record<string, (argv: string[]) => Promise<number>> = {
       readStdin,
       stdinIsTerminal: process.stdin.isTTY === true,
       env: process.env,
+      stopSignal,
     }),
 };
+
+/** Fires on the first SIGTERM or SIGINT; a second one of either ends the process at once. */
+function stopSignal(): AbortSignal {
+  const controller = new AbortController();
+  for (const name of ["SIGTERM", "SIGINT"] as const)
+    process.on(name, () => {
+      if (controller.signal.aborted) process.exit(128 + (name === "SIGTERM" ? 15 : 2));
+      controller.abort();
+    });
+  return controller.signal;
+}
 
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];

@@ -20,18 +20,23 @@ import {
   renderTable,
   type CheckReport,
 } from "./report";
+import { parseListenAddress, runExporter, ServeAddressError, type ListenAddress } from "./serve";
 import { InputError, targetFromUrl, targetsFromDocument, type ProxyTarget } from "./targets";
 
 export const CHECK_USAGE = `usage: egress-proxies check --target <http://url> [--connect <host:port>]
          [--egress-url <http://url> [--egress-field <name>]]
          [--from <file>|- | --proxy <http://[user:pass@]host:port> ...]
          [--user <name>] [--timeout 10] [--concurrency 32] [--json] [--all] [--prometheus <file>]
+         [--serve <host:port> [--interval 60]]
   Input: \`pulumi stack output --json --show-secrets\` (a file, or stdin) or a published proxies.json;
   without --from or --proxy, stdin is read. Proxies without credentials in their URL use --user and
   the password in $EGRESS_PROXY_PASSWORD.
   Each proxy must: GET --target with a 2xx/3xx answer, open a CONNECT tunnel to --connect, and answer
   with an address from --egress-url (an echo service) — within --timeout seconds.
-  Exit status: 0 all proxies up, 1 some down, 2 usage.`;
+  Exit status: 0 all proxies up, 1 some down, 2 usage.
+  --serve keeps running as an exporter: checks every --interval seconds and serves /metrics (the same
+  metrics as --prometheus) and /healthz on host:port (:port listens on every interface); a --from file
+  is read again before each check; SIGTERM or SIGINT ends it with status 0.`;
 
 export interface CheckIo {
   out(text: string): void;
@@ -40,6 +45,8 @@ export interface CheckIo {
   readStdin(): Promise<string>;
   stdinIsTerminal: boolean;
   env: Record<string, string | undefined>;
+  /** For --serve: a signal that fires on SIGTERM/SIGINT (installed only when called). */
+  stopSignal(): AbortSignal;
 }
 
 interface CheckOptions {
@@ -48,37 +55,88 @@ interface CheckOptions {
   json: boolean;
   all: boolean;
   prometheus?: string;
+  serve?: { listen: ListenAddress; intervalMs: number };
 }
 
 export async function check(argv: string[], io: CheckIo): Promise<number> {
-  let options: CheckOptions;
+  let parsed: ParsedArgs;
   let targets: ProxyTarget[];
   try {
-    const parsed = parseCheckArgs(argv);
-    if (parsed === "help") {
+    const args = parseCheckArgs(argv);
+    if (args === "help") {
       io.out(CHECK_USAGE);
       return CHECK_EXIT.healthy;
     }
-    options = parsed.options;
+    parsed = args;
     targets = await readTargets(parsed.sources, parsed.user, io);
   } catch (error) {
-    if (
-      !(error instanceof InputError) &&
-      !(error as { code?: string }).code?.startsWith("ERR_PARSE_ARGS")
-    )
-      throw error;
+    if (!isUsageError(error)) throw error;
     io.err(`egress-proxies check: ${(error as Error).message}\n${CHECK_USAGE}`);
     return CHECK_EXIT.usage;
   }
+  const { options } = parsed;
+  if (options.serve !== undefined) return serve(parsed, options.serve, targets, io);
+  const report = await checkAll(targets, options);
+  if (options.prometheus !== undefined)
+    writeAtomically(options.prometheus, renderPrometheus(report));
+  io.out(options.json ? renderJson(report) : renderTable(report, { all: options.all }));
+  return exitStatus(report.results);
+}
+
+const isUsageError = (error: unknown): boolean =>
+  error instanceof InputError ||
+  error instanceof ServeAddressError ||
+  ((error as { code?: string }).code?.startsWith("ERR_PARSE_ARGS") ?? false);
+
+async function checkAll(
+  targets: readonly ProxyTarget[],
+  options: CheckOptions,
+): Promise<CheckReport> {
   const checkedAt = new Date().toISOString();
   const results = await mapWithConcurrency(targets, options.concurrency, (target) =>
     probeProxy(target, options.plan),
   );
-  const report: CheckReport = { checkedAt, results };
-  if (options.prometheus !== undefined)
-    writeAtomically(options.prometheus, renderPrometheus(report));
-  io.out(options.json ? renderJson(report) : renderTable(report, { all: options.all }));
-  return exitStatus(results);
+  return { checkedAt, results };
+}
+
+/**
+ * The exporter: the proxy list read from stdin once, from a --from file again
+ * before each check (a timer refreshing the stack's outputs into that file
+ * is how the list follows the pool).
+ */
+async function serve(
+  parsed: ParsedArgs,
+  settings: NonNullable<CheckOptions["serve"]>,
+  firstTargets: ProxyTarget[],
+  io: CheckIo,
+): Promise<number> {
+  const { options } = parsed;
+  const rereads = parsed.sources.from !== undefined && parsed.sources.from !== "-";
+  let targets = firstTargets;
+  const stop = io.stopSignal();
+  try {
+    await runExporter(
+      {
+        listen: settings.listen,
+        intervalMs: settings.intervalMs,
+        runCheck: async () => {
+          if (rereads) targets = await readTargets(parsed.sources, parsed.user, io);
+          return checkAll(targets, options);
+        },
+        afterCheck: (report) => {
+          if (options.prometheus !== undefined)
+            writeAtomically(options.prometheus, renderPrometheus(report));
+        },
+        log: (line) => io.err(`egress-proxies check: ${line}`),
+      },
+      stop,
+    );
+  } catch (error) {
+    if (!(error instanceof ServeAddressError)) throw error;
+    io.err(`egress-proxies check: ${error.message}`);
+    return CHECK_EXIT.usage;
+  }
+  return CHECK_EXIT.healthy;
 }
 
 interface ParsedArgs {
@@ -103,6 +161,8 @@ function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
       json: { type: "boolean", default: false },
       all: { type: "boolean", default: false },
       prometheus: { type: "string" },
+      serve: { type: "string" },
+      interval: { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     strict: true,
@@ -143,6 +203,14 @@ function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
   const concurrency = wholeNumber(values.concurrency, "--concurrency", 1, 1024);
   if (values.from !== undefined && values.proxy.length > 0)
     throw new InputError("give --from or --proxy, not both");
+  let serve: CheckOptions["serve"];
+  if (values.serve !== undefined) {
+    if (values.json)
+      throw new InputError("--json prints one check; --serve serves /metrics instead");
+    const interval = wholeNumber(values.interval ?? "60", "--interval", 1, 86_400);
+    serve = { listen: parseListenAddress(values.serve), intervalMs: interval * 1000 };
+  } else if (values.interval !== undefined)
+    throw new InputError("--interval needs --serve (a one-shot check runs once)");
   return {
     options: {
       plan: { target: values.target, connect: values.connect, egress, timeoutMs: timeout * 1000 },
@@ -150,6 +218,7 @@ function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
       json: values.json,
       all: values.all,
       prometheus: values.prometheus,
+      serve,
     },
     sources: { from: values.from, proxies: values.proxy },
     user: values.user,
