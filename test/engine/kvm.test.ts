@@ -24,6 +24,7 @@ import {
   type ConsumerProject,
   type Props,
 } from "./harness";
+import { planSummary, refreshThenPlan } from "./resync";
 
 const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
 
@@ -182,6 +183,15 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
       (await server.diff(urn, read.id, read.properties, afterRefresh.inputs)).changes,
       "none",
     );
+    // `pulumi up --refresh` of the unchanged program three more times (a resync loop): no change.
+    const resync = await refreshThenPlan(
+      server,
+      urn,
+      { id: created.id, outputs: read.properties, inputs: afterRefresh.inputs },
+      captured.inputs,
+    );
+    assert.deepEqual(planSummary(resync), ["none", "none", "none"]);
+    assert.equal(resync.at(-1)!.stored.outputs.libvirtUuid, outputs.libvirtUuid);
 
     // KvmProxy.get in a program of this stack adopts it (a ReadResource, read-only to Pulumi),
     // with only the inputs on the request as newer engines send a Get; another stack is refused.

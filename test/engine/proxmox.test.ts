@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import type { PveSimulator } from "../pve-sim/simulator";
 import { simulatorProxyArgs, useEngineFixture } from "./engine-fixture";
 import { captureResourceInputs, EngineCallError, FakeEngine, Props } from "./harness";
+import { planSummary, refreshThenPlan } from "./resync";
 
 const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
 
@@ -133,6 +134,19 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
       replaces: [],
       deleteBeforeReplace: false,
     });
+
+    // `pulumi up --refresh` of the unchanged program, three times over (a resync loop): no change, and
+    // the host was asked nothing that changes it.
+    const vmBefore = JSON.stringify(sim.vms.get(vmid)?.config);
+    const resync = await refreshThenPlan(
+      server,
+      urn,
+      { id: created.id, outputs, inputs: again.inputs },
+      captured.inputs,
+    );
+    assert.deepEqual(planSummary(resync), ["none", "none", "none"]);
+    assert.equal(resync.at(-1)!.stored.outputs.state, "running");
+    assert.equal(JSON.stringify(sim.vms.get(vmid)?.config), vmBefore);
 
     // Refresh: paused is reported as paused.
     sim.pauseVm(vmid);

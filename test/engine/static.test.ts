@@ -18,6 +18,7 @@ import {
   packIntoConsumerProject,
   type ConsumerProject,
 } from "./harness";
+import { planSummary, refreshThenPlan } from "./resync";
 
 const AUTH = { user: "shop", password: "engine static secret" };
 
@@ -63,6 +64,16 @@ describe("engine: StaticProxy through the dynamic-provider gRPC server", functio
     assert.equal(created.properties.endpoint, `http://127.0.0.2:${proxy.port}`);
     assert.equal(created.properties.egressIp, "127.0.0.3");
     assert.equal(created.properties.state, "reachable");
+
+    // `pulumi up --refresh` of the unchanged program, three times over (a resync loop): no change.
+    const resync = await refreshThenPlan(
+      server,
+      captured.urn,
+      { id: created.id, outputs: created.properties, inputs: checked.inputs },
+      captured.inputs,
+    );
+    assert.deepEqual(planSummary(resync), ["none", "none", "none"]);
+    assert.equal(resync.at(-1)!.stored.outputs.state, "reachable");
 
     // Readiness settings change in place; another URL is another proxy.
     const retimed = await server.check(captured.urn, checked.inputs, {
