@@ -15,6 +15,11 @@ import * as pulumi from "@pulumi/pulumi";
 /** The optional peer dependency this module loads on first use. */
 const KUBERNETES_PACKAGE = "@pulumi/kubernetes";
 import {
+  publishCheckExporter,
+  type CheckExporterArgs,
+  type ExporterObjects,
+} from "./kubernetes-exporter";
+import {
   checksAnnotation,
   CHECKS_ANNOTATION,
   proxiesJson,
@@ -35,6 +40,12 @@ export interface KubernetesPublishingArgs {
   provider?: pulumi.ProviderResource;
   /** Extra labels on every object (the app.kubernetes.io/* ones are always set). */
   labels?: Record<string, string>;
+  /**
+   * Also run `egress-proxies check --serve` in the cluster: a Deployment
+   * reading this Secret's proxies.json and a Service `<name>-check` with the
+   * prometheus.io scrape annotations (docs/egress.md, "Watching all the time").
+   */
+  exporter?: CheckExporterArgs;
 }
 
 export interface PublishedProxies {
@@ -58,6 +69,8 @@ export interface KubernetesObjects {
   secret: pulumi.CustomResource;
   service: pulumi.CustomResource;
   endpointSlice: pulumi.CustomResource;
+  /** With `exporter`: the check exporter's Deployment and Service. */
+  exporter?: ExporterObjects;
 }
 
 /** `kubernetes:` is set but the optional peer dependency is not installed. */
@@ -200,5 +213,15 @@ export function publishToKubernetes(
     { ...options, dependsOn: [service] },
   );
 
-  return { secret, service, endpointSlice };
+  const exporter =
+    args.exporter === undefined
+      ? undefined
+      : publishCheckExporter(
+          resourceNamePrefix,
+          { namespace: args.namespace, name: args.name, labels, annotations },
+          args.exporter,
+          // It reads the Secret's file: declared after it, so a first start finds the list.
+          { ...options, dependsOn: [secret] },
+        );
+  return { secret, service, endpointSlice, ...(exporter === undefined ? {} : { exporter }) };
 }

@@ -23,6 +23,7 @@ import {
   type KubernetesPublishingArgs,
 } from "./kubernetes";
 import { groupByEgress, sharedEgressMessage, type EgressGroup } from "./egress-diversity";
+import { checkExporterArgsProblems } from "./kubernetes-exporter";
 import { placeProxies, placementProblems, type PlacementBackend } from "./placement";
 import type { EndpointCheck } from "./published-checks";
 import {
@@ -133,6 +134,7 @@ export function poolArgsProblems(args: EgressProxyPoolArgs): string[] {
       );
   });
   problems.push(...egressArgsProblems(args));
+  problems.push(...checkExporterArgsProblems(args.kubernetes?.exporter));
   // The password may be unknown until apply; it is checked again once known.
   problems.push(...squidSettingsProblems(squidSettings(args.squid, "placeholder")));
   return problems;

@@ -208,6 +208,20 @@ export const poolConfigSchema = z.strictObject({
     .strictObject({
       namespace: z.string({ error: "kubernetes.namespace must be the namespace name" }),
       name: z.string({ error: "kubernetes.name must be the Service/Secret name" }),
+      // Checked field by field with the pool's own rules (kubernetes-exporter.ts), which name the fix.
+      exporter: z
+        .strictObject({
+          target: z.string({ error: "kubernetes.exporter.target must be an http:// URL" }),
+          connect: z.string().optional(),
+          egressUrl: z.string().optional(),
+          egressField: z.string().optional(),
+          intervalSeconds: z.number().optional(),
+          timeoutSeconds: z.number().optional(),
+          port: z.number().optional(),
+          image: z.string().optional(),
+          packageSpec: z.string().optional(),
+        })
+        .optional(),
     })
     .optional(),
 });

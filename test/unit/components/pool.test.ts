@@ -492,6 +492,123 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     );
   });
 
+  it("publishes the check exporter: check --serve on the Secret's proxies.json, a Service Prometheus scrapes", async () => {
+    const instance = new pool.EgressProxyPool("watched", {
+      backends: [KVM("kvm1")],
+      count: 1,
+      kubernetes: {
+        namespace: "crawlers",
+        name: "egress",
+        exporter: {
+          target: "http://example.com/",
+          connect: "example.com:443",
+          intervalSeconds: 30,
+        },
+      },
+    });
+    await valueOf(instance.endpoints);
+    await settle();
+    const byType = (type: string) =>
+      plain(
+        registered.find((r) => r.type === type && r.name.startsWith("watched"))!.inputs,
+      ) as never;
+    const deployment = byType("kubernetes:apps/v1:Deployment") as {
+      metadata: { name: string; namespace: string; labels: Record<string, string> };
+      spec: {
+        selector: { matchLabels: Record<string, string> };
+        template: {
+          metadata: { labels: Record<string, string> };
+          spec: {
+            securityContext: { runAsNonRoot: boolean; fsGroup: number };
+            containers: Array<{
+              image: string;
+              command: string[];
+              ports: Array<{ containerPort: number; name: string }>;
+              livenessProbe: { httpGet: { path: string } };
+              securityContext: { readOnlyRootFilesystem: boolean };
+              volumeMounts: Array<{ name: string; mountPath: string; subPath?: string }>;
+            }>;
+            volumes: Array<{ name: string; secret?: { secretName: string } }>;
+          };
+        };
+      };
+    };
+    const services = registered
+      .filter((r) => r.type === "kubernetes:core/v1:Service" && r.name.startsWith("watched"))
+      .map((r) => plain(r.inputs)) as Array<{
+      metadata: { name: string; annotations: Record<string, string> };
+      spec: { selector?: Record<string, string>; ports: Array<{ port: number }> };
+    }>;
+    const metrics = services.find((service) => service.metadata.name === "egress-check")!;
+    const container = deployment.spec.template.spec.containers[0]!;
+    assert.deepEqual(container.command, [
+      "npx",
+      "--yes",
+      "egress-proxies@0.1.0",
+      "check",
+      "--serve",
+      ":9464",
+      "--interval",
+      "30",
+      "--timeout",
+      "10",
+      "--from",
+      "/proxies/proxies.json",
+      "--target",
+      "http://example.com/",
+      "--connect",
+      "example.com:443",
+    ]);
+    assert.equal(container.image, "node:26-slim");
+    assert.equal(container.livenessProbe.httpGet.path, "/healthz");
+    assert.equal(container.securityContext.readOnlyRootFilesystem, true);
+    assert.equal(deployment.spec.template.spec.securityContext.runAsNonRoot, true);
+    // The list is a directory mount of the pool's Secret (a subPath would never see its updates).
+    const listMount = container.volumeMounts.find((mount) => mount.mountPath === "/proxies")!;
+    assert.equal(listMount.subPath, undefined);
+    const listVolume = deployment.spec.template.spec.volumes.find(
+      (v) => v.name === listMount.name,
+    )!;
+    assert.equal(listVolume.secret?.secretName, "egress");
+    // The Service selects exactly the Deployment's pods and carries the scrape annotations.
+    assert.deepEqual(metrics.spec.selector, deployment.spec.selector.matchLabels);
+    for (const [key, value] of Object.entries(deployment.spec.selector.matchLabels))
+      assert.equal(deployment.spec.template.metadata.labels[key], value);
+    assert.deepEqual(
+      [
+        metrics.metadata.annotations["prometheus.io/scrape"],
+        metrics.metadata.annotations["prometheus.io/port"],
+        metrics.metadata.annotations["prometheus.io/path"],
+      ],
+      ["true", "9464", "/metrics"],
+    );
+    assert.equal(metrics.spec.ports[0]!.port, 9464);
+    // The proxies' Service still has no selector.
+    assert.equal(services.find((s) => s.metadata.name === "egress")!.spec.selector, undefined);
+  });
+
+  it("refuses bad exporter arguments with the field and the fix", () => {
+    assert.throws(
+      () =>
+        new pool.EgressProxyPool("badwatch", {
+          backends: [KVM("kvm1")],
+          count: 1,
+          kubernetes: {
+            namespace: "crawlers",
+            name: "egress",
+            exporter: { target: "https://example.com/", intervalSeconds: 0, port: 80 },
+          },
+        }),
+      (error: Error) =>
+        error instanceof pool.PoolArgsError &&
+        /kubernetes\.exporter\.target must be an http:\/\/ URL/.test(error.message) &&
+        /kubernetes\.exporter\.intervalSeconds must be a whole number from 1 to 86400/.test(
+          error.message,
+        ) &&
+        /kubernetes\.exporter\.port must be a whole number from 1024 to 65535/.test(error.message),
+    );
+  });
+
   it("refuses bad arguments with every problem named, before declaring anything", () => {
     assert.throws(
       () =>

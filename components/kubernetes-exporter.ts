@@ -1,0 +1,245 @@
+/**
+ * The pool's watcher in the cluster: `egress-proxies check --serve` as a
+ * Deployment beside the published endpoints, and a Service Prometheus
+ * scrapes through the usual annotations. It reads the proxy list from the
+ * Secret the pool publishes, mounted as a directory (not a subPath), so the
+ * kubelet's in-place update of the Secret reaches the exporter, which reads
+ * the file again before every check: a `pulumi up` that changes the pool
+ * needs no restart of the exporter.
+ *
+ * The container runs the package with `npx` from a stock Node.js image: the
+ * project ships no image of its own. `packageSpec` points npx elsewhere (a
+ * private registry's copy, a tarball URL) where the cluster cannot reach the
+ * public registry.
+ */
+import * as pulumi from "@pulumi/pulumi";
+import { packageVersion } from "../provider/common/version";
+
+export interface CheckExporterArgs {
+  /** An http:// URL every proxy must fetch (`check --target`). */
+  target: string;
+  /** host:port to open a CONNECT tunnel to through each proxy (`--connect`), e.g. example.com:443. */
+  connect?: string;
+  /** An echo service answering with the caller's address (`--egress-url`, `--egress-field`). */
+  egressUrl?: string;
+  egressField?: string;
+  /** Seconds from one check's start to the next. Default 60. */
+  intervalSeconds?: number;
+  /** Budget per proxy and check, seconds. Default 10. */
+  timeoutSeconds?: number;
+  /** The port /metrics and /healthz are served on. Default 9464. */
+  port?: number;
+  /** A Node.js 22+ image with npm. Default `node:26-slim` (the current LTS). */
+  image?: string;
+  /** What npx runs. Default `egress-proxies@<this package's version>`. */
+  packageSpec?: string;
+}
+
+export const EXPORTER_DEFAULTS = {
+  intervalSeconds: 60,
+  timeoutSeconds: 10,
+  port: 9464,
+  image: "node:26-slim",
+  packageSpec: `egress-proxies@${packageVersion}`,
+} as const;
+
+/** The node image's unprivileged user; npx runs as it, writing only under /tmp. */
+const NODE_IMAGE_USER = 1000;
+
+/** Every problem with the exporter's arguments, each naming the field and the fix. */
+export function checkExporterArgsProblems(
+  exporter: CheckExporterArgs | undefined,
+  field = "kubernetes.exporter",
+): string[] {
+  if (exporter === undefined) return [];
+  const problems: string[] = [];
+  if (typeof exporter.target !== "string" || !/^http:\/\/[^\s/@]+(\/\S*)?$/.test(exporter.target))
+    problems.push(
+      `${field}.target must be an http:// URL without credentials that every proxy can fetch, e.g. http://example.com/`,
+    );
+  if (
+    exporter.connect !== undefined &&
+    !/^(\[[0-9a-fA-F:.]+\]|[^\s:/@[\]]+):\d{1,5}$/.test(exporter.connect)
+  )
+    problems.push(`${field}.connect must be host:port, e.g. example.com:443`);
+  if (exporter.egressField !== undefined && exporter.egressUrl === undefined)
+    problems.push(`${field}.egressField needs ${field}.egressUrl`);
+  if (exporter.egressUrl !== undefined && !/^https?:\/\/[^\s/@]+(\/\S*)?$/.test(exporter.egressUrl))
+    problems.push(`${field}.egressUrl must be an http(s):// URL without credentials`);
+  const whole = (value: number | undefined, name: string, min: number, max: number) => {
+    if (value !== undefined && (!Number.isInteger(value) || value < min || value > max))
+      problems.push(`${field}.${name} must be a whole number from ${min} to ${max}`);
+  };
+  whole(exporter.intervalSeconds, "intervalSeconds", 1, 86_400);
+  whole(exporter.timeoutSeconds, "timeoutSeconds", 1, 600);
+  whole(exporter.port, "port", 1024, 65_535);
+  return problems;
+}
+
+/** The container's command line: `npx` the package and run the exporter on the mounted list. */
+export function exporterCommand(exporter: CheckExporterArgs, listPath: string): string[] {
+  const port = exporter.port ?? EXPORTER_DEFAULTS.port;
+  return [
+    "npx",
+    "--yes",
+    exporter.packageSpec ?? EXPORTER_DEFAULTS.packageSpec,
+    "check",
+    "--serve",
+    `:${port}`,
+    "--interval",
+    String(exporter.intervalSeconds ?? EXPORTER_DEFAULTS.intervalSeconds),
+    "--timeout",
+    String(exporter.timeoutSeconds ?? EXPORTER_DEFAULTS.timeoutSeconds),
+    "--from",
+    listPath,
+    "--target",
+    exporter.target,
+    ...(exporter.connect === undefined ? [] : ["--connect", exporter.connect]),
+    ...(exporter.egressUrl === undefined ? [] : ["--egress-url", exporter.egressUrl]),
+    ...(exporter.egressField === undefined ? [] : ["--egress-field", exporter.egressField]),
+  ];
+}
+
+/** Not exported, so no declaration of this package names the optional peer (see kubernetes.ts). */
+type KubernetesModule = typeof import("@pulumi/kubernetes");
+
+export interface ExporterObjects {
+  /** `k8s.apps.v1.Deployment` (typed as Pulumi's base class, as in KubernetesObjects). */
+  deployment: pulumi.CustomResource;
+  /** `k8s.core.v1.Service` with prometheus.io scrape annotations. */
+  service: pulumi.CustomResource;
+}
+
+/**
+ * Declares the exporter. Called by publishToKubernetes, which has loaded
+ * `@pulumi/kubernetes` already (and turned its absence into the install hint).
+ */
+export function publishCheckExporter(
+  resourceNamePrefix: string,
+  publishing: {
+    namespace: pulumi.Input<string>;
+    /** The Secret holding proxies.json, and the prefix of the exporter's object names. */
+    name: pulumi.Input<string>;
+    labels: pulumi.Input<Record<string, pulumi.Input<string>>>;
+    annotations: Record<string, string>;
+  },
+  exporter: CheckExporterArgs,
+  options: pulumi.CustomResourceOptions,
+): ExporterObjects {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- optional peer, loaded only when publishing
+  const k8s = require("@pulumi/kubernetes") as KubernetesModule;
+  const port = exporter.port ?? EXPORTER_DEFAULTS.port;
+  const name = pulumi.interpolate`${publishing.name}-check`;
+  const selector = {
+    "app.kubernetes.io/instance": name,
+    "app.kubernetes.io/component": "check-exporter",
+  };
+  const labels = pulumi
+    .output(publishing.labels)
+    .apply((base) => ({ ...base, ...selector, "app.kubernetes.io/name": "egress-proxy-check" }));
+  const metadata = {
+    name,
+    namespace: publishing.namespace,
+    labels,
+    annotations: publishing.annotations,
+  };
+  const listDirectory = "/proxies";
+  const probe = (initialDelaySeconds: number) => ({
+    httpGet: { path: "/healthz", port: "metrics" },
+    initialDelaySeconds,
+    periodSeconds: 30,
+    timeoutSeconds: 5,
+    failureThreshold: 3,
+  });
+
+  const deployment = new k8s.apps.v1.Deployment(
+    `${resourceNamePrefix}-check`,
+    {
+      metadata,
+      spec: {
+        replicas: 1,
+        selector: { matchLabels: selector },
+        template: {
+          metadata: { labels },
+          spec: {
+            automountServiceAccountToken: false,
+            securityContext: {
+              runAsNonRoot: true,
+              runAsUser: NODE_IMAGE_USER,
+              runAsGroup: NODE_IMAGE_USER,
+              // The Secret's files are root's; fsGroup makes them group-readable by the node user.
+              fsGroup: NODE_IMAGE_USER,
+              seccompProfile: { type: "RuntimeDefault" },
+            },
+            containers: [
+              {
+                name: "check",
+                image: exporter.image ?? EXPORTER_DEFAULTS.image,
+                command: exporterCommand(exporter, `${listDirectory}/proxies.json`),
+                // npx installs into its cache: HOME and the cache on the writable emptyDir.
+                env: [
+                  { name: "HOME", value: "/tmp" },
+                  { name: "npm_config_cache", value: "/tmp/.npm" },
+                  { name: "npm_config_update_notifier", value: "false" },
+                ],
+                ports: [{ name: "metrics", containerPort: port, protocol: "TCP" }],
+                // The first start downloads the package: liveness waits for it.
+                livenessProbe: probe(300),
+                readinessProbe: { ...probe(5), periodSeconds: 10 },
+                resources: {
+                  requests: { cpu: "20m", memory: "96Mi" },
+                  limits: { memory: "256Mi" },
+                },
+                securityContext: {
+                  allowPrivilegeEscalation: false,
+                  readOnlyRootFilesystem: true,
+                  capabilities: { drop: ["ALL"] },
+                },
+                volumeMounts: [
+                  { name: "proxies", mountPath: listDirectory, readOnly: true },
+                  { name: "tmp", mountPath: "/tmp" },
+                ],
+              },
+            ],
+            volumes: [
+              {
+                name: "proxies",
+                // A directory mount (no subPath): the kubelet updates it when the Secret changes.
+                secret: {
+                  secretName: publishing.name,
+                  items: [{ key: "proxies.json", path: "proxies.json" }],
+                  defaultMode: 0o440,
+                },
+              },
+              { name: "tmp", emptyDir: { sizeLimit: "512Mi" } },
+            ],
+          },
+        },
+      },
+    },
+    options,
+  );
+
+  const service = new k8s.core.v1.Service(
+    `${resourceNamePrefix}-check-service`,
+    {
+      metadata: {
+        ...metadata,
+        annotations: {
+          ...publishing.annotations,
+          "prometheus.io/scrape": "true",
+          "prometheus.io/port": String(port),
+          "prometheus.io/path": "/metrics",
+        },
+      },
+      spec: {
+        type: "ClusterIP",
+        selector,
+        ports: [{ name: "metrics", port, targetPort: "metrics", protocol: "TCP" }],
+      },
+    },
+    options,
+  );
+
+  return { deployment, service };
+}
