@@ -8,10 +8,18 @@
  * to it between the scrapes shows in the second).
  */
 import assert from "node:assert/strict";
-import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import {
+  CHECK_BIN,
+  httpGet,
+  proxyUp,
+  sample,
+  startExporter,
+  type RunningExporter,
+} from "../support/check-exporter";
 import {
   startEchoServer,
   startForwardProxy,
@@ -19,7 +27,6 @@ import {
   type RunningServer,
 } from "../support/forward-proxy";
 
-const BIN = join(__dirname, "..", "..", "cli", "main.js");
 const AUTH = { user: "crawler", password: "s3cret horse" };
 
 function promtool(text: string): Promise<{ status: number; output: string }> {
@@ -34,38 +41,10 @@ function promtool(text: string): Promise<{ status: number; output: string }> {
   });
 }
 
-async function get(base: string, path: string): Promise<{ status: number; body: string }> {
-  const response = await fetch(`${base}${path}`, { signal: AbortSignal.timeout(5000) });
-  return { status: response.status, body: await response.text() };
-}
-
-const sample = (metrics: string, name: string): number | undefined => {
-  const line = metrics.split("\n").find((l) => l.startsWith(`${name} `));
-  return line === undefined ? undefined : Number(line.slice(name.length + 1));
-};
-
-const proxyUp = (metrics: string, proxy: string): number | undefined => {
-  const line = metrics
-    .split("\n")
-    .find((l) => l.startsWith("egress_proxy_up{") && l.includes(`proxy="${proxy}"`));
-  return line === undefined ? undefined : Number(line.split(" ").at(-1));
-};
-
-async function until<T>(what: string, deadlineMs: number, probe: () => Promise<T | undefined>) {
-  const end = Date.now() + deadlineMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > end) throw new Error(`${what} did not happen within ${deadlineMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
 describe("egress-proxies check --serve as a long-lived exporter", function () {
   this.timeout(60_000);
   const servers: RunningServer[] = [];
-  let child: ChildProcessWithoutNullStreams | undefined;
-  let stderr = "";
+  let exporter: RunningExporter | undefined;
   let dir: string;
   let echo: RunningServer;
   let tunnelTarget: RunningServer;
@@ -86,8 +65,7 @@ describe("egress-proxies check --serve as a long-lived exporter", function () {
   });
 
   after(async () => {
-    if (child !== undefined && child.exitCode === null && child.signalCode === null)
-      child.kill("SIGKILL");
+    if (exporter !== undefined && exporter.child.exitCode === null) exporter.child.kill("SIGKILL");
     await Promise.all(servers.map((server) => server.close()));
     if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
   });
@@ -115,54 +93,32 @@ describe("egress-proxies check --serve as a long-lived exporter", function () {
       ]),
     );
 
-    child = spawn(
-      process.execPath,
-      [
-        BIN,
-        "check",
-        "--serve",
-        "127.0.0.1:0",
-        "--interval",
-        "1",
-        "--timeout",
-        "3",
-        "--from",
-        list,
-        "--target",
-        `http://127.0.0.1:${echo.port}/`,
-        "--connect",
-        `127.0.0.1:${tunnelTarget.port}`,
-        "--egress-url",
-        `http://127.0.0.1:${echo.port}/json`,
-        "--egress-field",
-        "ip",
-      ],
-      { stdio: ["pipe", "pipe", "pipe"] },
-    );
-    child.stdin.end();
-    child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
-    const exited = new Promise<number | null>((resolve) => child!.on("close", resolve));
+    exporter = await startExporter([
+      "--interval",
+      "1",
+      "--timeout",
+      "3",
+      "--from",
+      list,
+      "--target",
+      `http://127.0.0.1:${echo.port}/`,
+      "--connect",
+      `127.0.0.1:${tunnelTarget.port}`,
+      "--egress-url",
+      `http://127.0.0.1:${echo.port}/json`,
+      "--egress-field",
+      "ip",
+    ]);
+    const { base } = exporter;
 
-    const base = await until("the exporter's listening line", 10_000, async () => {
-      const match = /serving \/metrics and \/healthz on (http:\/\/127\.0\.0\.1:\d+)/.exec(stderr);
-      return match?.[1];
-    });
-    const scrapeAfter = (checks: number) =>
-      until(`check #${checks + 1}`, 15_000, async () => {
-        const { status, body } = await get(base, "/metrics");
-        assert.equal(status, 200);
-        const done = sample(body, "egress_proxies_exporter_checks_total") ?? 0;
-        return done > checks ? body : undefined;
-      });
-
-    const first = await scrapeAfter(0);
+    const first = await exporter.scrapeAfter(0);
     const lint = await promtool(first);
     assert.equal(lint.status, 0, lint.output);
     assert.equal(proxyUp(first, `${steady.host}:${steady.port}`), 1, first);
     assert.equal(proxyUp(first, `${doomed.host}:${doomed.port}`), 1, first);
     assert.equal(sample(first, "egress_proxies_up"), 2, first);
     assert.match(first, /egress_proxy_egress_info\{[^}]*egress_ip="127\.0\.0\.3"[^}]*\} 1/);
-    assert.equal((await get(base, "/healthz")).status, 200);
+    assert.equal((await httpGet(`${base}/healthz`)).status, 200);
 
     // Break one proxy and add a new one to the list file, then wait for a check that started after both.
     const checksBefore = sample(first, "egress_proxies_exporter_checks_total")!;
@@ -177,7 +133,7 @@ describe("egress-proxies check --serve as a long-lived exporter", function () {
       list,
       JSON.stringify([steady, doomed, added].map((server) => ({ url: url(server), ready: true }))),
     );
-    const second = await scrapeAfter(checksBefore + 1);
+    const second = await exporter.scrapeAfter(checksBefore + 1);
     const lintSecond = await promtool(second);
     assert.equal(lintSecond.status, 0, lintSecond.output);
     assert.equal(proxyUp(second, `${steady.host}:${steady.port}`), 1, second);
@@ -185,23 +141,19 @@ describe("egress-proxies check --serve as a long-lived exporter", function () {
     assert.equal(proxyUp(second, `${added.host}:${added.port}`), 1, second);
     assert.equal(sample(second, "egress_proxies_up"), 2, second);
     assert.equal(sample(second, "egress_proxies_probed"), 3, second);
-    assert.equal((await get(base, "/nope")).status, 404);
+    assert.equal((await httpGet(`${base}/nope`)).status, 404);
     // No credentials anywhere in what the exporter serves or logs.
-    assert.doesNotMatch(second + stderr, /s3cret/);
+    assert.doesNotMatch(second + exporter.stderr(), /s3cret/);
 
-    child.kill("SIGTERM");
-    const status = await Promise.race([
-      exited,
-      new Promise<"hung">((resolve) => setTimeout(() => resolve("hung"), 10_000)),
-    ]);
-    assert.equal(status, 0, `exit after SIGTERM: ${String(status)}\n${stderr}`);
-    assert.match(stderr, /stopped/);
+    const status = await exporter.terminate();
+    assert.equal(status, 0, `exit after SIGTERM: ${String(status)}\n${exporter.stderr()}`);
+    assert.match(exporter.stderr(), /stopped/);
   });
 
   it("refuses a bad --serve address or --interval without --serve, naming the flag (status 2)", async () => {
     const run = (args: string[]) =>
       new Promise<{ status: number | null; stderr: string }>((resolve, reject) => {
-        const c = spawn(process.execPath, [BIN, "check", "--target", "http://x/", ...args]);
+        const c = spawn(process.execPath, [CHECK_BIN, "check", "--target", "http://x/", ...args]);
         let err = "";
         c.stderr.on("data", (chunk: Buffer) => (err += chunk.toString()));
         c.on("error", reject);

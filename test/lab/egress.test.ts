@@ -25,6 +25,7 @@ import { closeAllHosts } from "../../provider/kvm/connect";
 import * as kvm from "../../provider/kvm/provider";
 import { openLocalLibvirt } from "../../provider/ssh/local";
 import { packIntoConsumerProject, type ConsumerProject } from "../engine/harness";
+import { proxyUp, sample, startExporter } from "../support/check-exporter";
 import { useLab, type LabEnv } from "./fixture";
 import { dhcpAddressPattern, escapedAddress } from "./lab";
 import {
@@ -372,6 +373,49 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
       [],
       "no Kubernetes object declared",
     );
+  });
+
+  it("check --serve watches the VMs: a VM paused between scrapes shows down, resumed shows up; SIGTERM exits 0", async () => {
+    const exporter = await startExporter(
+      [
+        "--interval",
+        "2",
+        "--timeout",
+        "5",
+        "--target",
+        `http://${echoAddress}:${ports.direct}/`,
+        "--egress-url",
+        `http://${echoAddress}:${ports.direct}/json`,
+      ],
+      stackOutputs(),
+    );
+    try {
+      const first = await exporter.scrapeAfter(0, 60_000);
+      assert.equal(proxyUp(first, "lab-0"), 1, first);
+      assert.equal(proxyUp(first, "lab-1"), 1, first);
+      assert.match(first, new RegExp(`egress_ip="${escapedAddress(ipOf(0))}"`));
+      virsh("suspend", vmNameOf(0));
+      let paused: string;
+      try {
+        paused = await exporter.scrapeAfter(
+          sample(first, "egress_proxies_exporter_checks_total")! + 1,
+          60_000,
+        );
+      } finally {
+        virsh("resume", vmNameOf(0));
+      }
+      assert.equal(proxyUp(paused, "lab-0"), 0, paused);
+      assert.equal(proxyUp(paused, "lab-1"), 1, paused);
+      const resumed = await exporter.scrapeAfter(
+        sample(paused, "egress_proxies_exporter_checks_total")! + 1,
+        60_000,
+      );
+      assert.equal(proxyUp(resumed, "lab-0"), 1, resumed);
+      assert.ok(!(first + paused + resumed + exporter.stderr()).includes(AUTH.password));
+    } finally {
+      const status = await exporter.terminate();
+      assert.equal(status, 0, `exit after SIGTERM: ${String(status)}\n${exporter.stderr()}`);
+    }
   });
 
   it("check finds a paused VM and a stopped squid: exit 1, each proxy's state right, promtool reads the file", async () => {
