@@ -109,6 +109,7 @@ const QUICK_SECONDS: Record<string, number> = {
   "unit/ssh/known-hosts.test.js": 0.1,
   "unit/ssh/pool.test.js": 0.4,
   "unit/static/static-proxy.test.js": 2.2,
+  "unit/systemd-units.test.js": 0.3,
   "unit/up-script.test.js": 0.1,
 };
 /** A quick spec not in QUICK_SECONDS: about the median. */
