@@ -77,6 +77,8 @@ export interface PoolMember {
   ip: pulumi.Output<string | null>;
   egressIp: pulumi.Output<string | null | undefined>;
   checkedAt: pulumi.Output<string | null | undefined>;
+  /** The resource's `state` output as the last create or refresh found it ("running", "stopped", …). */
+  state: pulumi.Output<string | undefined>;
   /** The proxy URL without credentials, null while the address is unknown. */
   endpoint: pulumi.Output<string | null>;
   /** The URL a client can use as it is (with credentials when it needs them); secret when it has some. */
@@ -143,6 +145,7 @@ function vmMember(
     ip: resource.ip,
     egressIp: resource.egressIp,
     checkedAt: resource.checkedAt,
+    state: resource.state,
     endpoint,
     endpointWithCredentials:
       basicAuth === undefined
@@ -304,6 +307,7 @@ const staticBackend: PoolBackendKind<StaticBackendSettings> = {
       ip,
       egressIp: resource.egressIp,
       checkedAt: resource.checkedAt,
+      state: resource.state,
       endpoint: resource.endpoint,
       // Secret whether or not this URL has credentials: which one does is not known before apply.
       endpointWithCredentials: pulumi.secret(resource.url),

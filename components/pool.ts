@@ -25,7 +25,7 @@ import {
 import { groupByEgress, sharedEgressMessage, type EgressGroup } from "./egress-diversity";
 import { checkExporterArgsProblems } from "./kubernetes-exporter";
 import { placeProxies, placementProblems, type PlacementBackend } from "./placement";
-import type { EndpointCheck } from "./published-checks";
+import { publishedReadiness, type EndpointCheck } from "./published-checks";
 import {
   DEFAULT_ALLOWED_CLIENT_CIDRS,
   DEFAULT_SQUID_PORT,
@@ -113,8 +113,14 @@ export interface ProxyDetails {
   egressIp: string | null;
   /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
   checkedAt: string | null;
-  /** true when readiness checked that the proxy answers; null when it did not (readiness "address"/"none"). */
+  /**
+   * true when readiness checked that the proxy answers; false when the last
+   * create or refresh found it not running (stopped, paused, crashed,
+   * unreachable); null when nothing checked it (readiness "address"/"none").
+   */
   ready: boolean | null;
+  /** The resource's `state` as the last create or refresh found it; null in state from before it was reported. */
+  state: string | null;
 }
 
 export class PoolArgsError extends Error {}
@@ -237,8 +243,9 @@ export class EgressProxyPool extends pulumi.ComponentResource {
             member.egressIp,
             member.checkedAt,
             member.endpoint,
+            member.state,
           ])
-          .apply(([vmName, host, ip, id, egressIp, checkedAt, endpoint]) => ({
+          .apply(([vmName, host, ip, id, egressIp, checkedAt, endpoint, state]) => ({
             name: proxy.key,
             backend: proxy.backend,
             kind: kind.kind,
@@ -250,7 +257,8 @@ export class EgressProxyPool extends pulumi.ComponentResource {
             // Absent in state written before the egress check existed.
             egressIp: egressIp ?? null,
             checkedAt: checkedAt ?? null,
-            ready: checkedAt && checked ? true : null,
+            ready: publishedReadiness(state, checkedAt, checked),
+            state: state ?? null,
           })),
       );
     }

@@ -17,6 +17,25 @@ export interface EndpointCheck {
   checkedAt: string | null;
 }
 
+/** What a proxy's `state` output says when it can carry traffic (VMs: "running"; static proxies: "reachable"). */
+const SERVING_STATES = new Set(["running", "reachable"]);
+
+/**
+ * Whether the pool publishes a proxy as ready: a proxy whose last read
+ * (create, or a refresh) found it stopped, paused, crashed or unreachable is
+ * not (false: Kubernetes sends it no traffic), whatever was checked at create;
+ * otherwise what readiness checked then (true), or nothing checked (null).
+ * `state` is absent in state written before it was reported: judged as before.
+ */
+export function publishedReadiness(
+  state: string | null | undefined,
+  checkedAt: string | null | undefined,
+  readinessChecksTheProxy: boolean,
+): boolean | null {
+  if (typeof state === "string" && !SERVING_STATES.has(state)) return false;
+  return checkedAt && readinessChecksTheProxy ? true : null;
+}
+
 /** One entry of the Secret's proxies.json. */
 export interface PublishedProxy {
   url: string;

@@ -10,7 +10,12 @@ import {
   sharedEgress,
   sharedEgressMessage,
 } from "../../../components/egress-diversity";
-import { proxiesJson, sliceEndpoint, checksAnnotation } from "../../../components/published-checks";
+import {
+  proxiesJson,
+  publishedReadiness,
+  sliceEndpoint,
+  checksAnnotation,
+} from "../../../components/published-checks";
 import { poolArgsFromStackConfig } from "../../../components/stack-config";
 import { poolArgsProblems } from "../../../components/pool";
 import {
@@ -354,5 +359,24 @@ describe("egress-proxies check: reports", () => {
     ]);
     assert.equal(text.match(/^# TYPE /gm)?.length, 7);
     assert.equal(labelSet({ a: 'x"y\\z\nw' }), '{a="x\\"y\\\\z\\nw"}');
+  });
+});
+
+describe("published readiness after a refresh", () => {
+  it("a proxy found not running is not ready, whatever was checked at create", () => {
+    for (const state of ["stopped", "paused", "suspended", "crashed", "unreachable", "unknown"])
+      assert.equal(publishedReadiness(state, "2026-12-01T00:00:00Z", true), false, state);
+  });
+
+  it("a running or reachable proxy is ready when readiness checked it, unknown when nothing did", () => {
+    assert.equal(publishedReadiness("running", "2026-12-01T00:00:00Z", true), true);
+    assert.equal(publishedReadiness("reachable", "2026-12-01T00:00:00Z", true), true);
+    assert.equal(publishedReadiness("running", "2026-12-01T00:00:00Z", false), null);
+    assert.equal(publishedReadiness("running", null, true), null);
+  });
+
+  it("state written before `state` was reported is judged as before", () => {
+    assert.equal(publishedReadiness(undefined, "2026-12-01T00:00:00Z", true), true);
+    assert.equal(publishedReadiness(null, null, true), null);
   });
 });

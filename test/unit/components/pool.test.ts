@@ -55,6 +55,9 @@ async function useMocks(preview: boolean): Promise<void> {
           if (inputs.egressCheck !== undefined)
             state.egressIp = args.type.includes("Kvm") ? "203.0.113.1" : `203.0.113.${100 + index}`;
         }
+        // What a refresh finds when a VM was stopped by hand: the member named "*-stopped-*".
+        if (args.type.includes("KvmProxy") || args.type.includes("ProxmoxProxy"))
+          state.state = args.name.includes("-stopped-") ? "stopped" : "running";
         if (args.type.includes("StaticProxy")) {
           const url = new URL(String(inputs.url));
           state.host = url.hostname;
@@ -606,6 +609,41 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
           error.message,
         ) &&
         /kubernetes\.exporter\.port must be a whole number from 1024 to 65535/.test(error.message),
+    );
+  });
+
+  it("publishes a member that refresh found stopped as not ready, its running sibling as ready", async () => {
+    const instance = new pool.EgressProxyPool("halted", {
+      backends: [KVM("up"), KVM("stopped")],
+      count: 2,
+      kubernetes: { namespace: "crawlers", name: "egress" },
+    });
+    const proxies = await valueOf(instance.proxies);
+    await settle();
+    assert.deepEqual(
+      proxies.map((proxy) => [proxy.backend, proxy.state, proxy.ready]),
+      [
+        ["up", "running", true],
+        ["stopped", "stopped", false],
+      ],
+    );
+    const byType = (type: string) =>
+      plain(
+        registered.find((r) => r.type === type && r.name.startsWith("halted"))!.inputs,
+      ) as never;
+    const slice = byType("kubernetes:discovery.k8s.io/v1:EndpointSlice") as {
+      endpoints: Array<{ conditions: { ready?: boolean } }>;
+    };
+    assert.deepEqual(
+      slice.endpoints.map((endpoint) => endpoint.conditions),
+      [{ ready: true }, { ready: false }],
+    );
+    const secret = byType("kubernetes:core/v1:Secret") as { stringData: Record<string, string> };
+    assert.deepEqual(
+      (JSON.parse(secret.stringData["proxies.json"]!) as Array<{ ready: boolean }>).map(
+        (entry) => entry.ready,
+      ),
+      [true, false],
     );
   });
 
