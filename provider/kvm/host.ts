@@ -337,6 +337,19 @@ export class LibvirtHost {
     return { state: describeState(state), reason };
   }
 
+  /** Whether libvirtd starts the domain when it starts (host boot). */
+  autostart(dom: DomainHandle): Promise<boolean> {
+    return this.rpc(Procedures.domainGetAutostart, { dom }, `domain ${dom.name}`);
+  }
+
+  async setAutostart(dom: DomainHandle, on: boolean): Promise<void> {
+    await this.rpc(
+      Procedures.domainSetAutostart,
+      { dom, autostart: on ? 1 : 0 },
+      `domain ${dom.name}`,
+    );
+  }
+
   domainXml(dom: DomainHandle): Promise<string> {
     return this.rpc(Procedures.domainGetXmlDesc, { dom, flags: 0 }, `domain ${dom.name}`);
   }

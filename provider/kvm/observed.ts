@@ -16,6 +16,8 @@ export interface ObservedDomain {
   description: DomainDescription;
   /** Capacity of the domain's disk volume (the overlay), when it could be read. */
   diskBytes: bigint | undefined;
+  /** libvirt's autostart flag, when it could be read. */
+  autostart?: boolean;
 }
 
 /**
@@ -23,8 +25,12 @@ export interface ObservedDomain {
  * host says. A field the host does not report (image, cloud-init, readiness)
  * keeps its previous value; so does one that could not be read.
  */
-export function observedInputs(previous: Props, { description, diskBytes }: ObservedDomain): Props {
+export function observedInputs(
+  previous: Props,
+  { description, diskBytes, autostart }: ObservedDomain,
+): Props {
   const observed: Props = { ...previous, vmName: description.name, firmware: description.firmware };
+  if (autostart !== undefined) observed.startOnBoot = autostart;
   if (description.vcpus !== undefined) observed.vcpus = description.vcpus;
   if (description.memoryMiB !== undefined) observed.memoryMiB = description.memoryMiB;
   if (diskBytes !== undefined) observed.diskGiB = gibOf(diskBytes);

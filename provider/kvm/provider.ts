@@ -148,6 +148,7 @@ export async function create(raw: Props): Promise<{ id: string; outs: Props }> {
     : await buildAndDefine(session, inputs, deadline, record);
   let state: VmState = "stopped";
   try {
+    await session.host.setAutostart(domain.handle, inputs.startOnBoot);
     await session.host.startDomain(domain.handle);
     state = "running";
     const ip = await waitForReadiness(session.host, domain.handle, inputs, deadline);
@@ -426,12 +427,16 @@ async function readWithin(
   const description = parseDomainXml(await session.host.definedXml(handle));
   const what = `domain ${description.name} on ${session.label}`;
   const mark = requireOurs(description.mark, target, what, adopting);
-  const diskBytes = await diskCapacityOf(session.host, description);
-  const { state } = await session.host.state(handle);
+  // Independent questions: asked together, one round trip.
+  const [diskBytes, { state }, autostart] = await Promise.all([
+    diskCapacityOf(session.host, description),
+    session.host.state(handle),
+    session.host.autostart(handle),
+  ]);
   const mac = description.mac ?? macAddressFor(description.name);
   const ip = await currentAddress(session.host, handle, state, mac, props.ip);
   const outputs: Props = {
-    ...observedInputs(inputsOnly(props, OUTPUT_KEYS), { description, diskBytes }),
+    ...observedInputs(inputsOnly(props, OUTPUT_KEYS), { description, diskBytes, autostart }),
     ...outputsOnly(props, OUTPUT_KEYS),
     host: session.label,
     state,
@@ -506,7 +511,27 @@ async function perVmVolumesRemain(
  */
 export async function update(id: string, olds: Props, news: Props): Promise<{ outs: Props }> {
   if (isIncompleteCreate(olds)) return continueCreate(id, news, create);
-  return { outs: carriedOutputs(olds, checkedInputs(news), CARRIED_KEYS) };
+  const inputs = checkedInputs(news);
+  // Absent in state written before it existed: the host's flag is unknown, so set it.
+  if (olds.startOnBoot !== inputs.startOnBoot) await applyStartOnBoot(id, olds, inputs);
+  return { outs: carriedOutputs(olds, inputs, CARRIED_KEYS) };
+}
+
+/** Sets libvirt's autostart flag on the domain found by its identity, after checking the mark. */
+async function applyStartOnBoot(id: string, olds: Props, inputs: KvmProxyInputs): Promise<void> {
+  const deadline = deadlineFor(inputs.timeouts, "create");
+  await stepsWithin(deadline, progressLog)("startOnBoot", async () => {
+    const session = await openHost(inputs, deadline);
+    const { vmName } = parseKvmResourceId(id);
+    const handle = await findDomainOf(session.host, olds, vmName);
+    if (handle === undefined)
+      throw new PermanentError(
+        `domain ${vmName} on ${session.label} is gone; run \`pulumi refresh\` (or \`pulumi up --refresh\`) to recreate it`,
+      );
+    const description = parseDomainXml(await session.host.definedXml(handle));
+    requireOurs(description.mark, inputs, `domain ${description.name} on ${session.label}`);
+    await session.host.setAutostart(handle, inputs.startOnBoot);
+  });
 }
 
 /**

@@ -88,6 +88,12 @@ export interface KvmProxyArgs {
   installGuestAgent?: pulumi.Input<boolean>;
   /** NoCloud network-config (v1 or v2); stored as a secret. */
   networkConfig?: pulumi.Input<string>;
+  /**
+   * Start the VM when the host boots (libvirt autostart; default true). Refresh
+   * reports the host's flag, so a flag changed by hand shows as drift and the
+   * next `up` sets it back, in place.
+   */
+  startOnBoot?: pulumi.Input<boolean>;
   /** When create is done: "port" (default: the proxy port answers), "address" or "none". */
   readiness?: pulumi.Input<{
     mode?: pulumi.Input<"port" | "address" | "none">;

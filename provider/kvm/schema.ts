@@ -200,6 +200,8 @@ export const kvmProxyInputsSchema = z
       .string({ error: "networkConfig must be NoCloud network-config text (v1 or v2)" })
       .optional(),
     // Behaviour.
+    /** libvirt autostart: the VM starts when the host's libvirtd does (host boot). */
+    startOnBoot: z.boolean({ error: "startOnBoot must be true or false" }).default(true),
     readiness: kvmReadinessSchema.default({ mode: "port", port: 3128 }),
     egressCheck: egressCheckSchema.optional(),
     timeouts: timeoutsSchema.default({ createSeconds: 900, readySeconds: 600, deleteSeconds: 300 }),

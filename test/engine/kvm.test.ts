@@ -5,6 +5,7 @@
  * Read → Update → Delete, plus a preview with unknowns and no credentials.
  */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { engineCallMs } from "../lab/budgets";
 import { useLab, type LabEnv } from "../lab/fixture";
@@ -56,6 +57,12 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     await imageServer?.close();
     project?.remove();
   });
+
+  const virsh = (...args: string[]): string =>
+    execFileSync("virsh", ["-q", "-c", lab.uri, ...args], { encoding: "utf8" });
+  /** `virsh dominfo`'s Autostart line: "enable" or "disable". */
+  const autostartOf = (vmName: string): string | undefined =>
+    /^Autostart:\s+(\S+)/m.exec(virsh("dominfo", vmName))?.[1];
 
   async function startServer(): Promise<DynamicProviderServer> {
     const server = await DynamicProviderServer.start(project);
@@ -192,6 +199,28 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     );
     assert.deepEqual(planSummary(resync), ["none", "none", "none"]);
     assert.equal(resync.at(-1)!.stored.outputs.libvirtUuid, outputs.libvirtUuid);
+
+    // Start with the host: create set libvirt's autostart. Turned off by hand, refresh shows it, the
+    // next up sets it back in place (same VM), and the loop is quiet again.
+    assert.equal(autostartOf(String(inputs.vmName)), "enable");
+    virsh("autostart", "--disable", String(inputs.vmName));
+    const drifted = await server.read(urn, created.id, read.properties, afterRefresh.inputs);
+    assert.equal(drifted.inputs.startOnBoot, false);
+    const healing = await server.check(urn, drifted.inputs, captured.inputs);
+    assert.equal(healing.inputs.startOnBoot, true);
+    const healDiff = await server.diff(urn, created.id, drifted.properties, healing.inputs);
+    assert.deepEqual([healDiff.changes, healDiff.replaces], ["some", []]);
+    const healed = await server.update(urn, created.id, drifted.properties, healing.inputs);
+    assert.equal(healed.libvirtUuid, outputs.libvirtUuid);
+    assert.equal(autostartOf(String(inputs.vmName)), "enable");
+    const quiet = await refreshThenPlan(
+      server,
+      urn,
+      { id: created.id, outputs: healed, inputs: healing.inputs },
+      captured.inputs,
+      1,
+    );
+    assert.deepEqual(planSummary(quiet), ["none"]);
 
     // KvmProxy.get in a program of this stack adopts it (a ReadResource, read-only to Pulumi),
     // with only the inputs on the request as newer engines send a Get; another stack is refused.

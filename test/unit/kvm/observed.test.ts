@@ -124,6 +124,15 @@ describe("kvm read: the domain as the host defines it", () => {
     });
   });
 
+  it("reports libvirt's autostart flag as startOnBoot, and keeps the previous value when it was not read", () => {
+    const previous = { vmName: "proxy-0-abcdefghij", startOnBoot: true };
+    const description = parseDomainXml(LIBVIRT_STYLE);
+    const off = observedInputs(previous, { description, diskBytes: undefined, autostart: false });
+    assert.equal(off.startOnBoot, false);
+    const unread = observedInputs(previous, { description, diskBytes: undefined });
+    assert.equal(unread.startOnBoot, true);
+  });
+
   it("leaves cpuMode unset while the domain runs the default for its type, so an untouched VM shows no drift", () => {
     const inputs = validateKvmInputs({
       owner,
