@@ -148,8 +148,11 @@ export async function create(raw: Props): Promise<{ id: string; outs: Props }> {
     : await buildAndDefine(session, inputs, deadline, record);
   let state: VmState = "stopped";
   try {
-    await session.host.setAutostart(domain.handle, inputs.startOnBoot);
-    await session.host.startDomain(domain.handle);
+    // Independent: both leave in one round trip.
+    await Promise.all([
+      session.host.setAutostart(domain.handle, inputs.startOnBoot),
+      session.host.startDomain(domain.handle),
+    ]);
     state = "running";
     const ip = await waitForReadiness(session.host, domain.handle, inputs, deadline);
     const egress = await egressAtReadiness(ip, inputs, deadline);
