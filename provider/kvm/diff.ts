@@ -33,6 +33,7 @@ export const KVM_CHANGE_TABLE: ChangeTableOf<KvmProxyInputs, "connection"> = {
   installGuestAgent: "replace",
   networkConfig: "replace",
   startOnBoot: "update",
+  running: "update",
   readiness: "update",
   egressCheck: "update",
   timeouts: "update",

@@ -382,6 +382,16 @@ export class LibvirtHost {
     }
   }
 
+  /** Asks the guest to power off (ACPI); it may take a while, or never happen. A stopped domain is fine. */
+  async shutdownDomain(dom: DomainHandle): Promise<void> {
+    try {
+      await this.call(Procedures.domainShutdown, { dom });
+    } catch (error) {
+      if (isLibvirtCode(error, ErrorCode.OPERATION_INVALID)) return;
+      throw this.classify(error, "domainShutdown", `domain ${dom.name}`);
+    }
+  }
+
   /** Stops the domain hard. A domain that is not running, or gone, is fine. */
   async destroyDomain(dom: DomainHandle): Promise<void> {
     try {

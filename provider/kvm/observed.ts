@@ -6,6 +6,7 @@
  */
 import { sameValue } from "../common/diff";
 import type { DomainDescription } from "./domain-xml";
+import type { VmState } from "./host";
 import { effectiveCpuMode, type KvmProxyInputs } from "./schema";
 
 type Props = Record<string, unknown>;
@@ -18,6 +19,29 @@ export interface ObservedDomain {
   diskBytes: bigint | undefined;
   /** libvirt's autostart flag, when it could be read. */
   autostart?: boolean;
+  /** The domain's state, when it was read. */
+  state?: VmState;
+}
+
+/**
+ * The `running` input a domain in `state` amounts to. Paused and suspended
+ * count as running: they are reported, never treated as stopped (nothing
+ * would start them, and a paused VM must not be killed). An unknown state
+ * says nothing.
+ */
+export function runningOf(state: VmState | undefined): boolean | undefined {
+  switch (state) {
+    case "running":
+    case "paused":
+    case "suspended":
+      return true;
+    case "stopped":
+    case "crashed":
+    case "shutting-down":
+      return false;
+    default:
+      return undefined;
+  }
 }
 
 /**
@@ -27,10 +51,12 @@ export interface ObservedDomain {
  */
 export function observedInputs(
   previous: Props,
-  { description, diskBytes, autostart }: ObservedDomain,
+  { description, diskBytes, autostart, state }: ObservedDomain,
 ): Props {
   const observed: Props = { ...previous, vmName: description.name, firmware: description.firmware };
   if (autostart !== undefined) observed.startOnBoot = autostart;
+  const running = runningOf(state);
+  if (running !== undefined) observed.running = running;
   if (description.vcpus !== undefined) observed.vcpus = description.vcpus;
   if (description.memoryMiB !== undefined) observed.memoryMiB = description.memoryMiB;
   if (diskBytes !== undefined) observed.diskGiB = gibOf(diskBytes);

@@ -9,7 +9,7 @@
  */
 import type * as pulumi from "@pulumi/pulumi";
 import type { z } from "zod";
-import { Deadline, sleepWithin } from "../common/deadline";
+import { Deadline } from "../common/deadline";
 import { checkWithAutonaming, plainJson as plain } from "../common/check";
 import { decideDiff } from "../common/diff";
 import { EgressProxyError, errorClassOf, PermanentError, TransientError } from "../common/errors";
@@ -21,7 +21,6 @@ import {
   continueCreate,
   deadlineFor,
   type DeleteOutcome,
-  earlier,
   inputsOnly,
   outputsOnly,
   requireOurs as requireOursOf,
@@ -30,8 +29,6 @@ import {
 import { logToEngine } from "../common/engine-log";
 import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
-import { fetchThroughProxy } from "../common/proxy-probe";
-import { waitForTcpPort } from "../common/readiness";
 import { safeErrorMessage } from "../common/redact";
 import type { DomainHandle } from "../libvirt-rpc-xdr";
 import { buildNoCloudSeed } from "../nocloud";
@@ -52,6 +49,8 @@ import {
   vmNameOfVolume,
 } from "./naming";
 import { observedInputs } from "./observed";
+import { anyInPlaceChange, inPlaceChanges, stopDomain, type InPlaceChanges } from "./power";
+import { waitForReadiness } from "./ready";
 import {
   effectiveCpuMode,
   kvmProxyInputsSchema,
@@ -337,57 +336,6 @@ async function ensureOverlay(
   return name;
 }
 
-/** Waits for the address from the VM's own NIC, then (by readiness.mode) for the proxy port. */
-async function waitForReadiness(
-  host: LibvirtHost,
-  dom: DomainHandle,
-  inputs: KvmProxyInputs,
-  createDeadline: Deadline,
-): Promise<string | null> {
-  if (inputs.readiness.mode === "none") return null;
-  const deadline = earlier(createDeadline, deadlineFor(inputs.timeouts, "ready"));
-  const mac = macAddressFor(inputs.vmName);
-  let ip: string | undefined;
-  while (ip === undefined) {
-    // "Agent not connected yet" is the normal state of a booting VM, not an error.
-    ({ ip } = await lookUpAddress(mac, (source) => host.interfaces(dom, source)));
-    if (ip === undefined) {
-      if (deadline.remainingMs() < 2000)
-        throw deadline.timeoutError(`the guest agent reporting ${inputs.vmName}'s address`);
-      await sleepWithin(2000, deadline);
-    }
-  }
-  if (inputs.readiness.mode === "port") {
-    await waitForTcpPort(ip, inputs.readiness.port, deadline);
-    if (inputs.readiness.probeUrl !== undefined)
-      await waitForProxyProbe(ip, inputs.readiness.port, inputs.readiness.probeUrl, deadline);
-  }
-  return ip;
-}
-
-/** The proxy is ready when a request through it succeeds; squid may answer 503 while it finishes starting. */
-async function waitForProxyProbe(
-  ip: string,
-  port: number,
-  url: string,
-  deadline: Deadline,
-): Promise<void> {
-  let last = "no attempt";
-  while (deadline.remainingMs() > 0) {
-    try {
-      const { status } = await fetchThroughProxy({ host: ip, port }, url, deadline.capped(10_000));
-      if (status >= 200 && status < 400) return;
-      last = `HTTP ${status}`;
-    } catch (error) {
-      last = (error as Error).message;
-    }
-    await sleepWithin(2000, deadline);
-  }
-  throw deadline.timeoutError(
-    `a request to readiness.probeUrl through the proxy at ${ip}:${port} (last: ${last})`,
-  );
-}
-
 // ---- read / update / delete -----------------------------------------------------------------------
 
 /**
@@ -439,7 +387,12 @@ async function readWithin(
   const mac = description.mac ?? macAddressFor(description.name);
   const ip = await currentAddress(session.host, handle, state, mac, props.ip);
   const outputs: Props = {
-    ...observedInputs(inputsOnly(props, OUTPUT_KEYS), { description, diskBytes, autostart }),
+    ...observedInputs(inputsOnly(props, OUTPUT_KEYS), {
+      description,
+      diskBytes,
+      autostart,
+      state,
+    }),
     ...outputsOnly(props, OUTPUT_KEYS),
     host: session.label,
     state,
@@ -507,34 +460,58 @@ async function perVmVolumesRemain(
 }
 
 /**
- * In-place changes only (credentials, readiness, timeouts): no VM is touched.
- * A partial create in state is the exception: the engine calls update on it at
- * the next `up`, and update continues the create (same host and name, so the
- * same id).
+ * In-place changes only. Credentials, readiness and timeouts touch no VM;
+ * startOnBoot sets libvirt's autostart, and running starts a VM a refresh
+ * found stopped (or shuts it down) — see power.ts. A partial create in state
+ * is the exception: the engine calls update on it at the next `up`, and update
+ * continues the create (same host and name, so the same id).
  */
 export async function update(id: string, olds: Props, news: Props): Promise<{ outs: Props }> {
   if (isIncompleteCreate(olds)) return continueCreate(id, news, create);
   const inputs = checkedInputs(news);
-  // Absent in state written before it existed: the host's flag is unknown, so set it.
-  if (olds.startOnBoot !== inputs.startOnBoot) await applyStartOnBoot(id, olds, inputs);
-  return { outs: carriedOutputs(olds, inputs, CARRIED_KEYS) };
+  const outs = carriedOutputs(olds, inputs, CARRIED_KEYS);
+  const changes = inPlaceChanges(olds, inputs);
+  if (!anyInPlaceChange(changes)) return { outs };
+  const deadline = deadlineFor(inputs.timeouts, "create");
+  const live = await stepsWithin(deadline, progressLog)("update", () =>
+    applyOnHost(id, olds, inputs, changes, deadline),
+  );
+  return { outs: plain({ ...outs, ...live }) };
 }
 
-/** Sets libvirt's autostart flag on the domain found by its identity, after checking the mark. */
-async function applyStartOnBoot(id: string, olds: Props, inputs: KvmProxyInputs): Promise<void> {
-  const deadline = deadlineFor(inputs.timeouts, "create");
-  await stepsWithin(deadline, progressLog)("startOnBoot", async () => {
-    const session = await openHost(inputs, deadline);
-    const { vmName } = parseKvmResourceId(id);
-    const handle = await findDomainOf(session.host, olds, vmName);
-    if (handle === undefined)
-      throw new PermanentError(
-        `domain ${vmName} on ${session.label} is gone; run \`pulumi refresh\` (or \`pulumi up --refresh\`) to recreate it`,
-      );
-    const description = parseDomainXml(await session.host.definedXml(handle));
-    requireOurs(description.mark, inputs, `domain ${description.name} on ${session.label}`);
-    await session.host.setAutostart(handle, inputs.startOnBoot);
-  });
+/**
+ * The in-place changes on the domain found by its identity, after checking
+ * the mark: autostart, and power. A VM started again is waited for like a new
+ * one (readiness, then the egress check), so its outputs say what is true now.
+ */
+async function applyOnHost(
+  id: string,
+  olds: Props,
+  inputs: KvmProxyInputs,
+  changes: InPlaceChanges,
+  deadline: Deadline,
+): Promise<Props> {
+  const session = await openHost(inputs, deadline);
+  const { vmName } = parseKvmResourceId(id);
+  const handle = await findDomainOf(session.host, olds, vmName);
+  if (handle === undefined)
+    throw new PermanentError(
+      `domain ${vmName} on ${session.label} is gone; run \`pulumi up --refresh\` to create it again`,
+    );
+  const description = parseDomainXml(await session.host.definedXml(handle));
+  requireOurs(description.mark, inputs, `domain ${description.name} on ${session.label}`);
+  if (changes.startOnBoot) await session.host.setAutostart(handle, inputs.startOnBoot);
+  if (!changes.running) return {};
+  if (!inputs.running) {
+    progressLog(`KvmProxy ${vmName}: shutting down (running: false)`);
+    await stopDomain(session.host, handle, deadline);
+    return { state: "stopped", ip: null, endpoint: null };
+  }
+  progressLog(`KvmProxy ${vmName}: starting it again (refresh found it not running)`);
+  await session.host.startDomain(handle);
+  const ip = await waitForReadiness(session.host, handle, inputs, deadline);
+  const egress = await egressAtReadiness(ip, inputs, deadline);
+  return { state: "running", ip, endpoint: ip ? endpointOf(ip, inputs) : null, ...egress };
 }
 
 /**

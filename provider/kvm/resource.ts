@@ -94,6 +94,13 @@ export interface KvmProxyArgs {
    * next `up` sets it back, in place.
    */
   startOnBoot?: pulumi.Input<boolean>;
+  /**
+   * Keep the VM running (default true). A refresh that finds it stopped,
+   * shut off or crashed reports `running: false`, and the next `up` starts it
+   * again in place and waits for readiness (and the egress check). false
+   * shuts it down (ACPI, then hard after a minute) and keeps it.
+   */
+  running?: pulumi.Input<boolean>;
   /** When create is done: "port" (default: the proxy port answers), "address" or "none". */
   readiness?: pulumi.Input<{
     mode?: pulumi.Input<"port" | "address" | "none">;

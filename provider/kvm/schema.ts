@@ -202,6 +202,8 @@ export const kvmProxyInputsSchema = z
     // Behaviour.
     /** libvirt autostart: the VM starts when the host's libvirtd does (host boot). */
     startOnBoot: z.boolean({ error: "startOnBoot must be true or false" }).default(true),
+    /** The VM should be running: a refresh that finds it stopped makes the next `up` start it. */
+    running: z.boolean({ error: "running must be true or false" }).default(true),
     readiness: kvmReadinessSchema.default({ mode: "port", port: 3128 }),
     egressCheck: egressCheckSchema.optional(),
     timeouts: timeoutsSchema.default({ createSeconds: 900, readySeconds: 600, deleteSeconds: 300 }),

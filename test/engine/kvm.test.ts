@@ -222,6 +222,41 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     );
     assert.deepEqual(planSummary(quiet), ["none"]);
 
+    // Heal on `up --refresh`: a VM stopped by hand reads as running: false, and the next up starts it
+    // again in place (same UUID), after which the loop is quiet.
+    virsh("destroy", String(inputs.vmName));
+    const stopped = await server.read(urn, created.id, healed, healing.inputs);
+    assert.equal(stopped.properties.state, "stopped");
+    assert.equal(stopped.inputs.running, false);
+    const restart = await server.check(urn, stopped.inputs, captured.inputs);
+    const restartDiff = await server.diff(urn, created.id, stopped.properties, restart.inputs);
+    assert.deepEqual([restartDiff.changes, restartDiff.replaces], ["some", []]);
+    const restarted = await server.update(urn, created.id, stopped.properties, restart.inputs);
+    assert.equal(restarted.state, "running");
+    assert.equal(restarted.libvirtUuid, outputs.libvirtUuid);
+    assert.equal(virsh("domstate", String(inputs.vmName)).trim(), "running");
+    const settled = await refreshThenPlan(
+      server,
+      urn,
+      { id: created.id, outputs: restarted, inputs: restart.inputs },
+      captured.inputs,
+      1,
+    );
+    assert.deepEqual(planSummary(settled), ["none"]);
+    // A paused VM is reported, and the plan stays empty: paused is never "stopped".
+    virsh("suspend", String(inputs.vmName));
+    try {
+      const pausedRead = await server.read(urn, created.id, restarted, restart.inputs);
+      assert.equal(pausedRead.properties.state, "paused");
+      const pausedPlan = await server.check(urn, pausedRead.inputs, captured.inputs);
+      assert.equal(
+        (await server.diff(urn, created.id, pausedRead.properties, pausedPlan.inputs)).changes,
+        "none",
+      );
+    } finally {
+      virsh("resume", String(inputs.vmName));
+    }
+
     // KvmProxy.get in a program of this stack adopts it (a ReadResource, read-only to Pulumi),
     // with only the inputs on the request as newer engines send a Get; another stack is refused.
     const got = captureResourceInputs(

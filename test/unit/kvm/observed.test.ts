@@ -4,8 +4,9 @@ import { createMark } from "../../../provider/common/mark";
 import { decideDiff } from "../../../provider/common/diff";
 import { KVM_CHANGE_TABLE } from "../../../provider/kvm/diff";
 import { buildDomainXml, parseDomainXml, type DomainSpec } from "../../../provider/kvm/domain-xml";
-import { gibOf, observedInputs } from "../../../provider/kvm/observed";
-import { validateKvmInputs } from "../../../provider/kvm/schema";
+import { gibOf, observedInputs, runningOf } from "../../../provider/kvm/observed";
+import { anyInPlaceChange, inPlaceChanges } from "../../../provider/kvm/power";
+import { validateKvmInputs, type KvmProxyInputs } from "../../../provider/kvm/schema";
 
 const owner = { project: "crawl", stack: "prod", resource: "proxy-0" };
 
@@ -131,6 +132,47 @@ describe("kvm read: the domain as the host defines it", () => {
     assert.equal(off.startOnBoot, false);
     const unread = observedInputs(previous, { description, diskBytes: undefined });
     assert.equal(unread.startOnBoot, true);
+  });
+
+  it("reports running: false for a stopped, crashed or shutting-down domain and true for a paused one", () => {
+    for (const [state, running] of [
+      ["running", true],
+      ["paused", true],
+      ["suspended", true],
+      ["stopped", false],
+      ["crashed", false],
+      ["shutting-down", false],
+    ] as const)
+      assert.equal(runningOf(state), running, state);
+    assert.equal(runningOf("unknown"), undefined);
+    const previous = { vmName: "proxy-0-abcdefghij", running: true };
+    const description = parseDomainXml(LIBVIRT_STYLE);
+    assert.equal(
+      observedInputs(previous, { description, diskBytes: undefined, state: "crashed" }).running,
+      false,
+    );
+    assert.equal(
+      observedInputs(previous, { description, diskBytes: undefined, state: "unknown" }).running,
+      true,
+      "an unknown state keeps what was known",
+    );
+  });
+
+  it("update touches the host only for startOnBoot or running, and for state written before them", () => {
+    const inputs = { startOnBoot: true, running: true } as KvmProxyInputs;
+    assert.deepEqual(inPlaceChanges({ startOnBoot: true, running: true }, inputs), {
+      startOnBoot: false,
+      running: false,
+    });
+    assert.equal(
+      anyInPlaceChange(inPlaceChanges({ startOnBoot: true, running: true }, inputs)),
+      false,
+    );
+    assert.deepEqual(inPlaceChanges({ startOnBoot: false, running: false }, inputs), {
+      startOnBoot: true,
+      running: true,
+    });
+    assert.deepEqual(inPlaceChanges({}, inputs), { startOnBoot: true, running: true });
   });
 
   it("leaves cpuMode unset while the domain runs the default for its type, so an untouched VM shows no drift", () => {

@@ -1,0 +1,66 @@
+/**
+ * When a KvmProxy is ready: the address from the VM's own NIC (the guest
+ * agent, matched by MAC), then, by readiness.mode, the proxy port and an
+ * optional request through it. Used by create and by an update that starts
+ * a stopped VM again.
+ */
+import { type Deadline, sleepWithin } from "../common/deadline";
+import { deadlineFor, earlier } from "../common/lifecycle";
+import { fetchThroughProxy } from "../common/proxy-probe";
+import { waitForTcpPort } from "../common/readiness";
+import type { DomainHandle } from "../libvirt-rpc-xdr";
+import { lookUpAddress } from "./addresses";
+import type { LibvirtHost } from "./host";
+import { macAddressFor } from "./naming";
+import type { KvmProxyInputs } from "./schema";
+
+/** Waits for the address from the VM's own NIC, then (by readiness.mode) for the proxy port. */
+export async function waitForReadiness(
+  host: LibvirtHost,
+  dom: DomainHandle,
+  inputs: KvmProxyInputs,
+  createDeadline: Deadline,
+): Promise<string | null> {
+  if (inputs.readiness.mode === "none") return null;
+  const deadline = earlier(createDeadline, deadlineFor(inputs.timeouts, "ready"));
+  const mac = macAddressFor(inputs.vmName);
+  let ip: string | undefined;
+  while (ip === undefined) {
+    // "Agent not connected yet" is the normal state of a booting VM, not an error.
+    ({ ip } = await lookUpAddress(mac, (source) => host.interfaces(dom, source)));
+    if (ip === undefined) {
+      if (deadline.remainingMs() < 2000)
+        throw deadline.timeoutError(`the guest agent reporting ${inputs.vmName}'s address`);
+      await sleepWithin(2000, deadline);
+    }
+  }
+  if (inputs.readiness.mode === "port") {
+    await waitForTcpPort(ip, inputs.readiness.port, deadline);
+    if (inputs.readiness.probeUrl !== undefined)
+      await waitForProxyProbe(ip, inputs.readiness.port, inputs.readiness.probeUrl, deadline);
+  }
+  return ip;
+}
+
+/** The proxy is ready when a request through it succeeds; squid may answer 503 while it finishes starting. */
+async function waitForProxyProbe(
+  ip: string,
+  port: number,
+  url: string,
+  deadline: Deadline,
+): Promise<void> {
+  let last = "no attempt";
+  while (deadline.remainingMs() > 0) {
+    try {
+      const { status } = await fetchThroughProxy({ host: ip, port }, url, deadline.capped(10_000));
+      if (status >= 200 && status < 400) return;
+      last = `HTTP ${status}`;
+    } catch (error) {
+      last = (error as Error).message;
+    }
+    await sleepWithin(2000, deadline);
+  }
+  throw deadline.timeoutError(
+    `a request to readiness.probeUrl through the proxy at ${ip}:${port} (last: ${last})`,
+  );
+}
