@@ -147,6 +147,11 @@ export async function create(raw: Props): Promise<{ id: string; outs: Props }> {
     : await buildAndDefine(session, inputs, deadline, record);
   let state: VmState = "stopped";
   try {
+    if (!inputs.running) {
+      // Defined and kept off, as asked: nothing to wait for.
+      await session.host.setAutostart(domain.handle, inputs.startOnBoot);
+      return { id, outs: plain({ ...outputsOf(session, inputs, domain, { ip: null, state }) }) };
+    }
     // Independent: both leave in one round trip.
     await Promise.all([
       session.host.setAutostart(domain.handle, inputs.startOnBoot),

@@ -98,7 +98,8 @@ export interface KvmProxyArgs {
    * Keep the VM running (default true). A refresh that finds it stopped,
    * shut off or crashed reports `running: false`, and the next `up` starts it
    * again in place and waits for readiness (and the egress check). false
-   * shuts it down (ACPI, then hard after a minute) and keeps it.
+   * defines the VM without starting it at create, and shuts a running one
+   * down (ACPI, then hard after a minute) at update; it stays defined.
    */
   running?: pulumi.Input<boolean>;
   /** When create is done: "port" (default: the proxy port answers), "address" or "none". */

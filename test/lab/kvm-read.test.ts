@@ -76,6 +76,8 @@ describe("KvmProxy read in the lab: drift, identity by UUID, adoption", function
       diskGiB: 3,
       image: { url: imageServer.url, sha256: image.sha256 },
       readiness: { mode: "none" },
+      // Defined and never started: nothing here needs the guest to boot (and it costs no CPU).
+      running: false,
       timeouts: { createSeconds: 240, readySeconds: 60, deleteSeconds: 120 },
     };
   }
@@ -86,7 +88,7 @@ describe("KvmProxy read in the lab: drift, identity by UUID, adoption", function
     return inputs;
   }
 
-  /** Creates a proxy and stops it at once: nothing here needs the guest to boot. */
+  /** Creates a proxy that is defined but never started (running: false). */
   async function stoppedProxy(vmName: string) {
     const inputs = await checked(program(vmName));
     const { id, outs } = await kvm.create(inputs);
@@ -97,7 +99,7 @@ describe("KvmProxy read in the lab: drift, identity by UUID, adoption", function
       );
       if (!gone) virsh("undefine", "--nvram", vmName);
     });
-    virsh("destroy", vmName);
+    assert.equal(virsh("domstate", vmName).trim(), "shut off", "running: false never starts it");
     return { inputs, id, outs };
   }
 
