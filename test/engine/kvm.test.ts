@@ -25,7 +25,7 @@ import {
   type ConsumerProject,
   type Props,
 } from "./harness";
-import { planSummary, refreshThenPlan } from "./resync";
+import { planSummary, refreshAndHeal, refreshThenPlan } from "./resync";
 
 const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
 
@@ -204,45 +204,27 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     // next up sets it back in place (same VM), and the loop is quiet again.
     assert.equal(autostartOf(String(inputs.vmName)), "enable");
     virsh("autostart", "--disable", String(inputs.vmName));
-    const drifted = await server.read(urn, created.id, read.properties, afterRefresh.inputs);
-    assert.equal(drifted.inputs.startOnBoot, false);
-    const healing = await server.check(urn, drifted.inputs, captured.inputs);
-    assert.equal(healing.inputs.startOnBoot, true);
-    const healDiff = await server.diff(urn, created.id, drifted.properties, healing.inputs);
-    assert.deepEqual([healDiff.changes, healDiff.replaces], ["some", []]);
-    const healed = await server.update(urn, created.id, drifted.properties, healing.inputs);
-    assert.equal(healed.libvirtUuid, outputs.libvirtUuid);
-    assert.equal(autostartOf(String(inputs.vmName)), "enable");
-    const quiet = await refreshThenPlan(
+    const autostart = await refreshAndHeal(
       server,
       urn,
-      { id: created.id, outputs: healed, inputs: healing.inputs },
+      { id: created.id, outputs: read.properties, inputs: afterRefresh.inputs },
       captured.inputs,
-      1,
     );
-    assert.deepEqual(planSummary(quiet), ["none"]);
+    assert.equal(autostart.refreshed.inputs.startOnBoot, false);
+    assert.equal(autostart.healed.outputs.libvirtUuid, outputs.libvirtUuid);
+    assert.equal(autostartOf(String(inputs.vmName)), "enable");
 
     // Heal on `up --refresh`: a VM stopped by hand reads as running: false, and the next up starts it
     // again in place (same UUID), after which the loop is quiet.
     virsh("destroy", String(inputs.vmName));
-    const stopped = await server.read(urn, created.id, healed, healing.inputs);
-    assert.equal(stopped.properties.state, "stopped");
-    assert.equal(stopped.inputs.running, false);
-    const restart = await server.check(urn, stopped.inputs, captured.inputs);
-    const restartDiff = await server.diff(urn, created.id, stopped.properties, restart.inputs);
-    assert.deepEqual([restartDiff.changes, restartDiff.replaces], ["some", []]);
-    const restarted = await server.update(urn, created.id, stopped.properties, restart.inputs);
+    const power = await refreshAndHeal(server, urn, autostart.healed, captured.inputs);
+    assert.equal(power.refreshed.properties.state, "stopped");
+    assert.equal(power.refreshed.inputs.running, false);
+    const restarted = power.healed.outputs;
+    const restart = power.healed;
     assert.equal(restarted.state, "running");
     assert.equal(restarted.libvirtUuid, outputs.libvirtUuid);
     assert.equal(virsh("domstate", String(inputs.vmName)).trim(), "running");
-    const settled = await refreshThenPlan(
-      server,
-      urn,
-      { id: created.id, outputs: restarted, inputs: restart.inputs },
-      captured.inputs,
-      1,
-    );
-    assert.deepEqual(planSummary(settled), ["none"]);
     // A paused VM is reported, and the plan stays empty: paused is never "stopped".
     virsh("suspend", String(inputs.vmName));
     try {

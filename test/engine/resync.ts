@@ -53,3 +53,27 @@ export const planSummary = (rounds: readonly ResyncRound[]): string[] =>
   rounds.map(({ diff }) =>
     diff.changes === "none" ? "none" : `${diff.changes} (replaces: ${diff.replaces.join(",")})`,
   );
+
+/**
+ * One `pulumi up --refresh` after something drifted: refresh, the plan (which
+ * must be an in-place update), the update, then one more refresh and plan,
+ * which must be quiet. Returns what refresh found and what update stored.
+ */
+export async function refreshAndHeal(
+  server: DynamicProviderServer,
+  urn: string,
+  stored: StoredResource,
+  programInputs: Props,
+): Promise<{ refreshed: { properties: Props; inputs: Props }; healed: StoredResource }> {
+  const refreshed = await server.read(urn, stored.id, stored.outputs, stored.inputs);
+  const checked = await server.check(urn, refreshed.inputs, programInputs);
+  const diff = await server.diff(urn, stored.id, refreshed.properties, checked.inputs);
+  if (diff.changes !== "some" || diff.replaces.length > 0)
+    throw new Error(`the plan after the drift is not an in-place update: ${JSON.stringify(diff)}`);
+  const outputs = await server.update(urn, stored.id, refreshed.properties, checked.inputs);
+  const healed = { id: stored.id, outputs, inputs: checked.inputs };
+  const after = await refreshThenPlan(server, urn, healed, programInputs, 1);
+  if (planSummary(after)[0] !== "none")
+    throw new Error(`the plan after healing is not empty: ${planSummary(after)[0]}`);
+  return { refreshed, healed };
+}

@@ -21,6 +21,7 @@ import {
   startTcpEchoServer,
   type RunningServer,
 } from "../support/forward-proxy";
+import { assertPromtoolInstalled, promtool } from "../support/promtool";
 
 const BIN = join(__dirname, "..", "..", "cli", "main.js");
 const AUTH = { user: "crawler", password: "s3cret horse" };
@@ -44,18 +45,6 @@ function runCheck(args: string[], stdin?: string, env: Record<string, string> = 
     child.on("error", reject);
     child.on("close", (status) => resolve({ status: status ?? -1, stdout, stderr }));
     child.stdin.end(stdin ?? "");
-  });
-}
-
-async function promtool(text: string): Promise<{ status: number; output: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn("promtool", ["check", "metrics"], { stdio: ["pipe", "pipe", "pipe"] });
-    let output = "";
-    child.stdout.on("data", (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr.on("data", (chunk: Buffer) => (output += chunk.toString()));
-    child.on("error", reject);
-    child.on("close", (status) => resolve({ status: status ?? -1, output }));
-    child.stdin.end(text);
   });
 }
 
@@ -83,14 +72,7 @@ describe("egress-proxies check against loopback proxies", function () {
     });
 
   before(async () => {
-    const { status } = await promtool("# HELP x A probe.\n# TYPE x gauge\nx 1\n").catch(() => ({
-      status: -1,
-    }));
-    assert.equal(
-      status,
-      0,
-      "promtool is missing: run test/setup-host.sh (Debian package prometheus)",
-    );
+    await assertPromtoolInstalled();
     dir = mkdtempSync(join(tmpdir(), "egress-check-"));
     echo = await startEchoServer("127.0.0.1");
     tunnelTarget = await startTcpEchoServer("127.0.0.1");

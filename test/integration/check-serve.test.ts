@@ -26,20 +26,9 @@ import {
   startTcpEchoServer,
   type RunningServer,
 } from "../support/forward-proxy";
+import { assertPromtoolInstalled, promtool } from "../support/promtool";
 
 const AUTH = { user: "crawler", password: "s3cret horse" };
-
-function promtool(text: string): Promise<{ status: number; output: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn("promtool", ["check", "metrics"], { stdio: ["pipe", "pipe", "pipe"] });
-    let output = "";
-    child.stdout.on("data", (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr.on("data", (chunk: Buffer) => (output += chunk.toString()));
-    child.on("error", reject);
-    child.on("close", (status) => resolve({ status: status ?? -1, output }));
-    child.stdin.end(text);
-  });
-}
 
 describe("egress-proxies check --serve as a long-lived exporter", function () {
   this.timeout(60_000);
@@ -50,14 +39,7 @@ describe("egress-proxies check --serve as a long-lived exporter", function () {
   let tunnelTarget: RunningServer;
 
   before(async () => {
-    const { status } = await promtool("# HELP x A probe.\n# TYPE x gauge\nx 1\n").catch(() => ({
-      status: -1,
-    }));
-    assert.equal(
-      status,
-      0,
-      "promtool is missing: run test/setup-host.sh (Debian package prometheus)",
-    );
+    await assertPromtoolInstalled();
     dir = mkdtempSync(join(tmpdir(), "egress-serve-"));
     echo = await startEchoServer("127.0.0.1");
     tunnelTarget = await startTcpEchoServer("127.0.0.1");
