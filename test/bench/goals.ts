@@ -120,8 +120,9 @@ export function evaluateGoal(goal: Goal, figures: ReadonlyMap<string, number>): 
   const { key, comparison, issue } = goal;
   const value = figures.get(key);
   const reference = "of" in comparison ? figures.get(comparison.of) : undefined;
-  let goalText = describeComparison(comparison);
-  if (reference !== undefined) goalText += ` (${round(reference)})`;
+  const goalText =
+    describeComparison(comparison) +
+    (reference === undefined ? "" : ` = ${boundText(comparison, reference)}`);
   if (value === undefined || ("of" in comparison && reference === undefined))
     return {
       key,
@@ -194,6 +195,14 @@ export function formatGoalTable(results: readonly GoalResult[]): string {
     ...rows.map(line),
     `# goals: ${count("met")} met, ${count("missed")} missed, ${count("not run")} not run`,
   ].join("\n");
+}
+
+/** The bound a relative goal works out to in this run: `3.852`, `63–77`. */
+function boundText(comparison: Comparison, reference: number): string {
+  if (comparison.kind === "at most times") return round(comparison.factor * reference);
+  if (comparison.kind === "within")
+    return `${round(reference * (1 - comparison.fraction))}–${round(reference * (1 + comparison.fraction))}`;
+  return round(reference);
 }
 
 function round(value: number): string {
