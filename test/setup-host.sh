@@ -28,6 +28,7 @@ PKGS=(
   mmdebstrap e2fsprogs fdisk dosfstools mtools # the lab's guest image (test/lab/build-image.sh)
   grub-pc-bin grub-efi-amd64-bin grub2-common
   prometheus # promtool: parses `egress-proxies check --prometheus`
+  systemd    # systemd-analyze verifies the units docs/systemd ships
 )
 # The Node.js below is fetched with npm: a machine without one gets Debian's (it only serves the fetch).
 command -v npm >/dev/null 2>&1 || PKGS+=(npm)
