@@ -29,6 +29,8 @@ export const PROXMOX_CHANGE_TABLE: ChangeTableOf<ProxmoxProxyInputs> = {
   caCertPem: "update",
   insecure: "update",
   tags: "update",
+  startOnBoot: "update",
+  running: "update",
   readiness: "update",
   egressCheck: "update",
   timeouts: "update",

@@ -30,6 +30,8 @@ export function observedInputs(previous: Props, config: VmConfig, adopting: bool
     memoryMiB:
       wholeNumberOf(/^(?:current=)?(\d+)/.exec(config.memory ?? "")?.[1]) ?? DEFAULT_MEMORY_MIB,
     tags: tagsOf(config.tags, asList(previous.tags).includes(MARK_TAG)),
+    // PVE's default for a config without onboot is off.
+    startOnBoot: config.onboot !== undefined && /^1$/.test(config.onboot.trim()),
   };
   const reports = (key: string) => adopting || previous[key] !== undefined;
   const net0 = config.net0 === undefined ? undefined : parseNetDevice(config.net0);

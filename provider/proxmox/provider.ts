@@ -26,6 +26,7 @@ import { decideProxmoxDiff, DiffDecision, PROXMOX_CHANGE_TABLE } from "./diff";
 import {
   CheckFailure,
   normalizeTags,
+  proxmoxProxyInputsSchema,
   ProxmoxProxyInputs,
   ProxmoxProxyOutputs,
   validateInputs,
@@ -150,6 +151,8 @@ async function createSteps(
       configureVm(client, spec, vm.ref, planned.changes, resize, deadline),
     );
     outs = { ...outs, mac: macOf(planned.config) ?? null };
+    // running: false keeps it defined and off, as asked (an adopted running VM is left running).
+    if (!spec.running) return { id, outs: { ...outs, state: vm.running ? "running" : "stopped" } };
     // Freshly cloned VMs are stopped; an adopted one was looked at when adopted.
     if (!vm.running) await step("start", () => startVm(client, vm.ref, deadline));
     progress(spec.vmName, `VMID ${vm.ref.vmid} is running`);
@@ -407,6 +410,7 @@ function configChanges(
     memory: spec.memoryMiB,
     tags: tagsValue([MARK_TAG, ...spec.tags]),
     description: vmDescription(spec.vmName, vm.mark),
+    onboot: spec.startOnBoot ? 1 : 0,
   };
   // The address comes from the guest agent; make sure its channel exists.
   if (config.agent === undefined || /^(0|enabled=0)/.test(config.agent)) changes.agent = 1;
@@ -532,6 +536,8 @@ export async function read(
   const port = settings.readiness.port;
   const outputs: Props = {
     ...observedInputs(props, config, adopting),
+    // Paused counts as running: reported, never started or killed (rule 6).
+    running: status.status === "running",
     node: ref.node,
     host: ref.node,
     vmid: ref.vmid,
@@ -608,30 +614,47 @@ function ownerFromMark(config: Record<string, string | undefined>, ref: VmRef): 
 // ---------------------------------------------------------------- update
 
 /**
- * In place: nothing about the VM changes except its tags (metadata), written in
- * one config call. A partial create in state is the exception: the engine
- * calls update on it at the next `up`, and update continues the create on the
- * VMID state records.
+ * In place: the tags and onboot (metadata, one config write), and the VM's
+ * power: started again when a refresh found it stopped (then readiness and
+ * the egress check, as at create), or stopped on request. A partial create in
+ * state is the exception: the engine calls update on it at the next `up`, and
+ * update continues the create on the VMID state records.
  */
 export async function update(id: string, olds: Props, news: Props): Promise<{ outs: Props }> {
   if (isIncompleteCreate(olds))
     return continueCreateOf(id, news, (inputs) => createSteps(inputs, parseResourceId(id)));
   const spec = checkedInputs(news);
-  if (!sameValue(olds.tags, spec.tags)) {
-    const ref = parseResourceId(id);
-    const client = clientFor(spec);
-    const deadline = deadlineFor(spec.timeouts, "create");
-    const tags = { tags: tagsValue([MARK_TAG, ...spec.tags]) };
-    await stepsWithin(deadline, spec.vmName)("write tags", () =>
-      writeConfig(client, ref, tags, deadline),
-    ).catch((error) => {
-      throw withContext(error, {
-        operation: "update",
-        resource: `VM ${ref.vmid} on node ${ref.node}`,
-      });
-    });
+  const ref = parseResourceId(id);
+  const deadline = deadlineFor(spec.timeouts, "create");
+  const step = stepsWithin(deadline, spec.vmName);
+  const context = { operation: "update", resource: `VM ${ref.vmid} on node ${ref.node}` };
+  const client = clientFor(spec);
+  const changes: FormFields = {};
+  if (!sameValue(olds.tags, spec.tags)) changes.tags = tagsValue([MARK_TAG, ...spec.tags]);
+  // Absent in state written before it existed: PVE's value is unknown, so it is written.
+  if (olds.startOnBoot !== spec.startOnBoot) changes.onboot = spec.startOnBoot ? 1 : 0;
+  const carried = carriedOutputs(olds, spec, CARRIED_KEYS) as unknown as ProxmoxProxyOutputs;
+  try {
+    if (Object.keys(changes).length > 0)
+      await step("write config", () => writeConfig(client, ref, changes, deadline));
+    if (olds.running === spec.running) return { outs: plain({ ...carried }) };
+    if (!spec.running) {
+      progress(spec.vmName, `stopping VMID ${ref.vmid} (running: false)`);
+      await step("stop", () => stopVm(client, ref, deadline));
+      return { outs: plain({ ...carried, state: "stopped", ip: null, endpoint: null }) };
+    }
+    progress(spec.vmName, `starting VMID ${ref.vmid} again (refresh found it not running)`);
+    await step("start", () => startVm(client, ref, deadline));
+    const ready = await becomeReady(client, spec, ref, { ...carried, state: "running" }).catch(
+      (error: unknown) => {
+        // At create this records a partial VM; here the VM is in state already: the cause is the error.
+        throw error instanceof PartialCreateError ? (error.cause ?? error) : error;
+      },
+    );
+    return { outs: plain({ ...ready, ...(await egressAtReadiness(ready.ip, spec, deadline)) }) };
+  } catch (error) {
+    throw withContext(error, context);
   }
-  return { outs: carriedOutputs(olds, spec, CARRIED_KEYS) };
 }
 
 /** What only PVE knows; update carries these unchanged (names frozen: they are state keys). */
@@ -787,32 +810,8 @@ export function parseResourceId(id: string): VmRef {
   return { node: match[1], vmid: Number(match[2]) };
 }
 
-const INPUT_KEYS = [
-  "apiEndpoint",
-  "apiToken",
-  "caCertPem",
-  "insecure",
-  "node",
-  "templateVmid",
-  "diskStorage",
-  "seedStorage",
-  "vmidRange",
-  "vmName",
-  "vmNameChosenBy",
-  "cores",
-  "memoryMiB",
-  "diskGiB",
-  "bridge",
-  "vlanTag",
-  "tags",
-  "userData",
-  "vendorData",
-  "installGuestAgent",
-  "readiness",
-  "egressCheck",
-  "timeouts",
-  "owner",
-];
+/** Every input the schema knows: read hands them back as the resource's inputs. */
+const INPUT_KEYS = Object.keys(proxmoxProxyInputsSchema.shape);
 
 function inputsOf(props: Props): Props {
   return plain(pick(props, INPUT_KEYS));

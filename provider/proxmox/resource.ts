@@ -68,6 +68,15 @@ export interface ProxmoxProxyArgs {
   vendorData?: pulumi.Input<string>;
   /** Install qemu-guest-agent via a vendor-data script (default true). */
   installGuestAgent?: pulumi.Input<boolean>;
+  /** Start the VM when the node boots (PVE's `onboot`; default true); drift shows on refresh, `up` heals it. */
+  startOnBoot?: pulumi.Input<boolean>;
+  /**
+   * Keep the VM running (default true): a refresh that finds it stopped
+   * reports `running: false`, and the next `up` starts it again in place and
+   * waits for readiness (and the egress check). false leaves a new VM stopped
+   * and stops a running one (`qm stop`); it stays defined.
+   */
+  running?: pulumi.Input<boolean>;
   readiness?: pulumi.Input<{
     mode?: pulumi.Input<"port" | "address" | "none">;
     port?: pulumi.Input<number>;

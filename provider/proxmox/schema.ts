@@ -109,6 +109,10 @@ export const proxmoxProxyInputsSchema = z.strictObject({
   vendorData: z.string({ error: "vendorData must be a string" }).optional(),
   installGuestAgent: z.boolean({ error: "installGuestAgent must be true or false" }).default(true),
   // Behaviour.
+  /** PVE's onboot: the VM starts when the node boots. */
+  startOnBoot: z.boolean({ error: "startOnBoot must be true or false" }).default(true),
+  /** The VM should be running: a refresh that finds it stopped makes the next `up` start it. */
+  running: z.boolean({ error: "running must be true or false" }).default(true),
   readiness: readinessSchema.default({ mode: "port", port: 3128 }),
   egressCheck: egressCheckSchema.optional(),
   timeouts: timeoutsSchema.default({ createSeconds: 900, readySeconds: 600, deleteSeconds: 300 }),

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import type { PveSimulator } from "../pve-sim/simulator";
 import { simulatorProxyArgs, useEngineFixture } from "./engine-fixture";
 import { captureResourceInputs, EngineCallError, FakeEngine, Props } from "./harness";
-import { planSummary, refreshThenPlan } from "./resync";
+import { planSummary, refreshAndHeal, refreshThenPlan } from "./resync";
 
 const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
 
@@ -147,6 +147,29 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     assert.deepEqual(planSummary(resync), ["none", "none", "none"]);
     assert.equal(resync.at(-1)!.stored.outputs.state, "running");
     assert.equal(JSON.stringify(sim.vms.get(vmid)?.config), vmBefore);
+    assert.equal(sim.vms.get(vmid)!.config.onboot, "1", "starts with the node");
+
+    // onboot turned off by hand, then the VM stopped by hand: each shows on refresh and the next up
+    // heals it in place (config written back; the same VMID started again and ready), then all is quiet.
+    sim.vms.get(vmid)!.config.onboot = "0";
+    const onboot = await refreshAndHeal(
+      server,
+      urn,
+      { id: created.id, outputs, inputs: again.inputs },
+      captured.inputs,
+    );
+    assert.equal(onboot.refreshed.inputs.startOnBoot, false);
+    assert.equal(sim.vms.get(vmid)!.config.onboot, "1");
+    const vm = sim.vms.get(vmid)!;
+    vm.status = "stopped";
+    vm.startedAt = undefined;
+    const power = await refreshAndHeal(server, urn, onboot.healed, captured.inputs);
+    assert.equal(power.refreshed.properties.state, "stopped");
+    assert.equal(power.refreshed.inputs.running, false);
+    assert.equal(power.healed.outputs.state, "running");
+    assert.equal(power.healed.outputs.vmid, vmid);
+    assert.equal(sim.vms.get(vmid)!.status, "running");
+    assert.match(String(power.healed.outputs.ip), /^192\.168\./);
 
     // Refresh: paused is reported as paused.
     sim.pauseVm(vmid);

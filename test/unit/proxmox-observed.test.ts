@@ -28,7 +28,14 @@ describe("proxmox read: the VM's config in the terms of the inputs", () => {
       memoryMiB: 2048,
       tags: ["web"],
       templateVmid: 9000,
+      startOnBoot: false,
     });
+  });
+
+  it("reports onboot as startOnBoot: 1 is on, absent or 0 is off (PVE's default)", () => {
+    assert.equal(observedInputs({}, { ...CONFIG, onboot: "1" }, false).startOnBoot, true);
+    assert.equal(observedInputs({}, { ...CONFIG, onboot: "0" }, false).startOnBoot, false);
+    assert.equal(observedInputs({ startOnBoot: true }, CONFIG, false).startOnBoot, false);
   });
 
   it("reports bridge, VLAN tag and disk size only when the inputs set them (else the template's would be drift)", () => {
