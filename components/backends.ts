@@ -32,12 +32,14 @@ export const POOL_DECIDED_KVM_INPUTS = [
   "userDataBase64",
   "readiness",
   "egressCheck",
+  "rotation",
 ] as const;
 export const POOL_DECIDED_PROXMOX_INPUTS = [
   "vmName",
   "userData",
   "readiness",
   "egressCheck",
+  "rotation",
 ] as const;
 
 export type KvmBackendSettings = Omit<
@@ -65,6 +67,8 @@ export interface PoolDecisions {
   port: number;
   /** squid's basic auth, for the URLs with credentials. */
   basicAuth?: { user: string; password: pulumi.Output<string> };
+  /** The pool's `rotate`: member key → rotation text (a VM member is replaced when its text changes). */
+  rotate?: Record<string, string>;
   parent: pulumi.Resource;
 }
 
@@ -194,7 +198,7 @@ const kvm: PoolBackendKind<KvmBackendSettings> = {
       return settings;
     return { ...settings, connection: { ...connection, privateKey: kvmPrivateKey } as never };
   },
-  declare(resourceName, settings, _proxy, pool) {
+  declare(resourceName, settings, proxy, pool) {
     const resource = new KvmProxy(
       resourceName,
       {
@@ -206,12 +210,17 @@ const kvm: PoolBackendKind<KvmBackendSettings> = {
         userData: pool.userData,
         readiness: pool.readiness,
         egressCheck: pool.egressCheck,
+        ...rotationOf(pool, proxy.key),
       },
       { parent: pool.parent },
     );
     return { resource, ...vmMember(resource, pool) };
   },
 };
+
+/** A member's rotation input, only when the pool's `rotate` names it (unset otherwise: no diff). */
+const rotationOf = (pool: PoolDecisions, key: string): { rotation?: string } =>
+  pool.rotate?.[key] === undefined ? {} : { rotation: pool.rotate[key] };
 
 const proxmox: PoolBackendKind<ProxmoxBackendSettings> = {
   key: "proxmox",
@@ -225,7 +234,7 @@ const proxmox: PoolBackendKind<ProxmoxBackendSettings> = {
   ),
   configShape: "{ name, proxmox: {...} }",
   capacity: () => undefined,
-  declare(resourceName, settings, _proxy, pool) {
+  declare(resourceName, settings, proxy, pool) {
     const resource = new ProxmoxProxy(
       resourceName,
       {
@@ -237,6 +246,7 @@ const proxmox: PoolBackendKind<ProxmoxBackendSettings> = {
         userData: pool.userData,
         readiness: pool.readiness,
         egressCheck: pool.egressCheck,
+        ...rotationOf(pool, proxy.key),
       },
       { parent: pool.parent },
     );

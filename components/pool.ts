@@ -92,6 +92,15 @@ export interface EgressProxyPoolArgs {
   egressCheck?: { url: string; field?: string };
   /** With egressCheck: several proxies sharing one egress address is an error (before publishing), not a warning. */
   requireDistinctEgress?: boolean;
+  /**
+   * Rotate members: their key (`<backend>-<index>`, as in `proxies[].name`)
+   * to any text. A member whose text is new or changed is replaced at the
+   * next `up`: the new VM is created and ready before the old one is deleted,
+   * so the pool never publishes fewer endpoints than it has. Keep the entry
+   * (the same text rotates nothing more); change the text to rotate again.
+   * A date is a good text: `{ "kvm1-0": "2026-12-02" }`.
+   */
+  rotate?: Record<string, string>;
   /** Publish the endpoints to Kubernetes (Secret + selector-less Service + EndpointSlice). */
   kubernetes?: KubernetesPublishingArgs;
 }
@@ -141,9 +150,37 @@ export function poolArgsProblems(args: EgressProxyPoolArgs): string[] {
   });
   problems.push(...egressArgsProblems(args));
   problems.push(...checkExporterArgsProblems(args.kubernetes?.exporter));
+  if (problems.length === 0) problems.push(...rotateProblems(args));
   // The password may be unknown until apply; it is checked again once known.
   problems.push(...squidSettingsProblems(squidSettings(args.squid, "placeholder")));
   return problems;
+}
+
+/** `rotate` names members that exist and that the pool can replace (VMs, not static proxies). */
+function rotateProblems(args: EgressProxyPoolArgs): string[] {
+  if (args.rotate === undefined) return [];
+  if (typeof args.rotate !== "object" || args.rotate === null || Array.isArray(args.rotate))
+    return ['rotate must map member keys to any text, e.g. { "kvm1-0": "2026-12-02" }'];
+  const backends = new Map(args.backends.map((backend) => [backend.name, backend]));
+  const members = new Map(
+    placeProxies(
+      args.backends.map((backend) => placementOf(backend, backendKeysOf(backend))),
+      args.count,
+    ).map((proxy) => [proxy.key, kindOf(backends.get(proxy.backend)!).key]),
+  );
+  const known = [...members.keys()].join(", ");
+  return Object.entries(args.rotate).flatMap(([key, text]) => {
+    const kind = members.get(key);
+    if (kind === undefined)
+      return [`rotate.${key}: the pool has no member ${key}; its members are ${known}`];
+    if (kind === "static")
+      return [
+        `rotate.${key}: a static proxy is not the pool's to replace; change its URL in the backend instead`,
+      ];
+    if (typeof text !== "string" || text === "" || text.length > 200)
+      return [`rotate.${key} must be a text of 1 to 200 characters, e.g. "2026-12-02"`];
+    return [];
+  });
 }
 
 /** A backend as placement sees it: its name, weight, count and the most proxies its kind can hold. */
@@ -215,6 +252,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       userData: this.userData(args, password),
       readiness: { mode: args.readiness?.mode ?? "port", port },
       egressCheck: this.egressCheck(args),
+      rotate: args.rotate,
       port,
       basicAuth:
         basicAuth === undefined || password === undefined

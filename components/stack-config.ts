@@ -204,6 +204,11 @@ export const poolConfigSchema = z.strictObject({
   requireDistinctEgress: z
     .boolean({ error: "requireDistinctEgress must be true or false" })
     .optional(),
+  rotate: z
+    .record(z.string(), z.string({ error: 'rotate values must be text, e.g. "2026-12-02"' }), {
+      error: 'rotate must map member keys to text, e.g. { kvm1-0: "2026-12-02" }',
+    })
+    .optional(),
   kubernetes: z
     .strictObject({
       namespace: z.string({ error: "kubernetes.namespace must be the namespace name" }),
@@ -448,6 +453,7 @@ function poolArgs(
     readiness: config.readiness === undefined ? undefined : { mode: config.readiness },
     egressCheck: config.egressCheck,
     requireDistinctEgress: config.requireDistinctEgress,
+    rotate: config.rotate,
     kubernetes: config.kubernetes,
   };
 }

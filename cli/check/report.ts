@@ -95,6 +95,7 @@ export function renderTable(report: CheckReport, options: { all?: boolean } = {}
       "",
       `${summary.up} up prox${summary.up === 1 ? "y" : "ies"} not listed (--all lists every proxy, --json gives every detail)`,
     );
+  lines.push(...rotationHints(report));
   if (summary.sharedEgress.length > 0) {
     lines.push("", "shared egress addresses (these proxies add capacity, not diversity):");
     for (const group of summary.sharedEgress.slice(0, listAll ? undefined : 10))
@@ -103,6 +104,28 @@ export function renderTable(report: CheckReport, options: { all?: boolean } = {}
       lines.push(`  … and ${summary.sharedEgress.length - 10} more (--json lists them)`);
   }
   return lines.join("\n");
+}
+
+/** A pool member's key, `<backend>-<index>`: what the pool's `rotate` takes. */
+const POOL_MEMBER_KEY = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?-\d+$/;
+
+/**
+ * For each down proxy that is a pool member: the exact change that replaces
+ * it at the next `pulumi up` (the new VM is ready before the old one goes).
+ */
+export function rotationHints(report: CheckReport): string[] {
+  const down = report.results.filter((result) => !result.up && POOL_MEMBER_KEY.test(result.name));
+  if (down.length === 0) return [];
+  const text = report.checkedAt.slice(0, 10);
+  return [
+    "",
+    "to replace the down proxies at the next `pulumi up` (each new one is ready before the old one goes):",
+    `  pool arguments: rotate: { ${down.map((result) => `"${result.name}": "${text}"`).join(", ")} }`,
+    ...down.map(
+      (result) =>
+        `  stack config:   pulumi config set --path 'egress-proxies:pool.rotate["${result.name}"]' ${text}`,
+    ),
+  ];
 }
 
 function abbreviate(names: readonly string[], limit: number): string {

@@ -32,6 +32,7 @@ export const KVM_CHANGE_TABLE: ChangeTableOf<KvmProxyInputs, "connection"> = {
   vendorData: "replace",
   installGuestAgent: "replace",
   networkConfig: "replace",
+  rotation: "replace",
   startOnBoot: "update",
   running: "update",
   readiness: "update",

@@ -88,6 +88,8 @@ export interface KvmProxyArgs {
   installGuestAgent?: pulumi.Input<boolean>;
   /** NoCloud network-config (v1 or v2); stored as a secret. */
   networkConfig?: pulumi.Input<string>;
+  /** Any text; a new value replaces the VM, created before the old one goes (EgressProxyPool's `rotate`). */
+  rotation?: pulumi.Input<string>;
   /**
    * Start the VM when the host boots (libvirt autostart; default true). Refresh
    * reports the host's flag, so a flag changed by hand shows as drift and the

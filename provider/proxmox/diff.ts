@@ -29,6 +29,7 @@ export const PROXMOX_CHANGE_TABLE: ChangeTableOf<ProxmoxProxyInputs> = {
   caCertPem: "update",
   insecure: "update",
   tags: "update",
+  rotation: "replace",
   startOnBoot: "update",
   running: "update",
   readiness: "update",

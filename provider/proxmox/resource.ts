@@ -68,6 +68,8 @@ export interface ProxmoxProxyArgs {
   vendorData?: pulumi.Input<string>;
   /** Install qemu-guest-agent via a vendor-data script (default true). */
   installGuestAgent?: pulumi.Input<boolean>;
+  /** Any text; a new value replaces the VM, created before the old one goes (EgressProxyPool's `rotate`). */
+  rotation?: pulumi.Input<string>;
   /** Start the VM when the node boots (PVE's `onboot`; default true); drift shows on refresh, `up` heals it. */
   startOnBoot?: pulumi.Input<boolean>;
   /**

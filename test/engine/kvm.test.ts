@@ -288,6 +288,13 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     const resizeDiff = await server.diff(urn, created.id, updated, resized.inputs);
     assert.deepEqual(resizeDiff.replaces.sort(), ["vcpus", "vmName"]);
     assert.equal(resizeDiff.deleteBeforeReplace, false);
+    // Rotation (the pool's `rotate`): a new text replaces the VM under a new name, created first.
+    const rotated = await server.check(urn, retimed.inputs, { ...captured.inputs, rotation: "r1" });
+    const rotateDiff = await server.diff(urn, created.id, updated, rotated.inputs);
+    assert.deepEqual(
+      [rotateDiff.replaces.sort(), rotateDiff.deleteBeforeReplace],
+      [["rotation", "vmName"], false],
+    );
 
     await server.delete(urn, created.id, updated);
     const gone = await server.read(urn, created.id, updated, inputs);

@@ -199,6 +199,16 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
       [["cores", "vmName"], false],
     );
 
+    // Rotation (the pool's `rotate`): a new rotation text replaces the VM under a new name, the new one
+    // created before the old one is deleted.
+    const rotated = await server.check(urn, inputs, { ...captured.inputs, rotation: "2026-12-02" });
+    assert.notEqual(rotated.inputs.vmName, inputs.vmName);
+    const rotateDiff = await server.diff(urn, created.id, updated, rotated.inputs);
+    assert.deepEqual(
+      [rotateDiff.replaces.sort(), rotateDiff.deleteBeforeReplace],
+      [["rotation", "vmName"], false],
+    );
+
     await server.delete(urn, created.id, updated);
     assert.equal(sim.vms.has(vmid), false);
     assert.equal(sim.isoFile("seeds", `${inputs.vmName}-seed.iso`), undefined);

@@ -326,6 +326,28 @@ describe("egress-proxies check: reports", () => {
     assert.equal(all.filter((line) => / up /.test(line)).length, 197);
   });
 
+  it("each down pool member gets the exact rotate change and config command; up ones and non-members none", () => {
+    const text = renderTable(
+      report([up("kvm1-0", "192.0.2.1"), down("kvm1-1"), down("pve-a-0"), down("192.0.2.9:3128")]),
+    );
+    const lines = text.split("\n");
+    assert.ok(
+      lines.includes(
+        `  pool arguments: rotate: { "kvm1-1": "2026-11-30", "pve-a-0": "2026-11-30" }`,
+      ),
+      text,
+    );
+    assert.ok(
+      lines.includes(
+        `  stack config:   pulumi config set --path 'egress-proxies:pool.rotate["kvm1-1"]' 2026-11-30`,
+      ),
+      text,
+    );
+    assert.equal(lines.filter((line) => line.includes("pulumi config set")).length, 2);
+    assert.doesNotMatch(text, /kvm1-0"/);
+    assert.doesNotMatch(renderTable(report([up("kvm1-0")])), /rotate/);
+  });
+
   it("summary wording", () => {
     assert.equal(summaryLine(summarize([up("a"), up("b")])), "2 proxies: all up");
     assert.equal(summaryLine(summarize([down("a")])), "1 proxy: 0 up, 1 down");

@@ -647,6 +647,44 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     );
   });
 
+  it("rotate: the named member gets a rotation input (it is replaced), the others none (no diff)", async () => {
+    const instance = new pool.EgressProxyPool("rot", {
+      backends: [KVM("kvm1"), PROXMOX("pve1")],
+      count: 4,
+      rotate: { "kvm1-1": "2026-12-02", "pve1-0": "burned 203.0.113.7" },
+    });
+    await valueOf(instance.endpoints);
+    await settle();
+    const rotations = Object.fromEntries(
+      registered
+        .filter((r) => r.name.startsWith("rot-") && /(Kvm|Proxmox)Proxy/.test(r.type))
+        .map((r) => [r.name, (plain(r.inputs) as { rotation?: string }).rotation ?? null]),
+    );
+    assert.deepEqual(rotations, {
+      "rot-kvm1-0": null,
+      "rot-kvm1-1": "2026-12-02",
+      "rot-pve1-0": "burned 203.0.113.7",
+      "rot-pve1-1": null,
+    });
+  });
+
+  it("rotate names only members that exist and that the pool can replace", () => {
+    assert.throws(
+      () =>
+        new pool.EgressProxyPool("badrot", {
+          backends: [KVM("kvm1")],
+          count: 2,
+          rotate: { "kvm1-5": "x", "kvm1-0": "" },
+        }),
+      (error: Error) =>
+        error instanceof pool.PoolArgsError &&
+        /rotate\.kvm1-5: the pool has no member kvm1-5; its members are kvm1-0, kvm1-1/.test(
+          error.message,
+        ) &&
+        /rotate\.kvm1-0 must be a text of 1 to 200 characters/.test(error.message),
+    );
+  });
+
   it("refuses bad arguments with every problem named, before declaring anything", () => {
     assert.throws(
       () =>
