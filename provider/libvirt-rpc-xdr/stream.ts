@@ -155,13 +155,19 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
   private frameFilled = 0;
   /** The rest of a source chunk read before the transport backed up; sent before reading more. */
   private unsent: Buffer | undefined;
+  /** The source has ended; once everything held back is out, the upload finishes. */
+  private sourceDone = false;
   /** Bytes handed to the transport. */
   bytesSent = 0;
 
   private readonly onReadable = (): void => this.pump();
-  private readonly onEnd = (): void => this.sourceEnded();
+  private readonly onEnd = (): void => {
+    this.sourceDone = true;
+    this.pump();
+  };
   private readonly onError = (error: unknown): void => this.sourceFailed(error);
   private readonly onClose = (): void => {
+    if (this.sourceDone) return;
     if (this.phase === "sending" || this.phase === "awaiting-reply") {
       this.sourceFailed(new Error("the source closed before its end"));
     }
@@ -205,8 +211,8 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
       return;
     }
     this.phase = "sending";
-    if (this.source.readableEnded) this.sourceEnded();
-    else this.pump();
+    if (this.source.readableEnded) this.sourceDone = true;
+    this.pump();
   }
 
   onStream(packet: Packet): void {
@@ -251,10 +257,13 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
 
   private pump(): void {
     while (this.phase === "sending" && this.stopWaitingForDrain === undefined) {
-      const bytes = this.unsent ?? this.readSource();
+      const bytes = this.unsent ?? (this.sourceDone ? null : this.readSource());
       this.unsent = undefined;
-      if (bytes === null) return;
-      const consumed = this.fillFrames(bytes, true);
+      if (bytes === null) {
+        if (this.sourceDone) this.finishSending();
+        return;
+      }
+      const consumed = this.fillFrames(bytes);
       if (consumed < bytes.length) this.unsent = bytes.subarray(consumed);
     }
   }
@@ -271,11 +280,11 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
   }
 
   /**
-   * Copies `bytes` into frames and sends each frame once it is full. With
-   * `stopWhenBackedUp`, stops after the first send the transport refuses and
-   * waits for its drain; returns how many bytes it took.
+   * Copies `bytes` into frames and sends each frame once it is full; stops
+   * after the first send the transport refuses and waits for its drain.
+   * Returns how many bytes it took.
    */
-  private fillFrames(bytes: Buffer, stopWhenBackedUp: boolean): number {
+  private fillFrames(bytes: Buffer): number {
     let offset = 0;
     while (offset < bytes.length) {
       this.frame ??= allocateFramedBody(this.chunkBytes);
@@ -283,7 +292,7 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
       offset += copied;
       this.frameFilled += copied;
       if (this.frameFilled < this.chunkBytes) continue;
-      if (!this.sendFrame() && stopWhenBackedUp) {
+      if (!this.sendFrame()) {
         this.stopWaitingForDrain = this.port.onceDrained(() => {
           this.stopWaitingForDrain = undefined;
           this.pump();
@@ -303,12 +312,10 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
     return this.port.send(MessageStatus.CONTINUE, frame);
   }
 
-  private sourceEnded(): void {
-    if (this.phase !== "sending") return;
-    // Whatever is held back goes out now; the finish packet queues behind it, so neither needs a drain.
-    if (this.unsent) this.fillFrames(this.unsent, false);
-    this.unsent = undefined;
+  /** Everything is read and all but the last frame sent: send it, then the finish packet. */
+  private finishSending(): void {
     if (this.frameFilled > 0) this.sendFrame();
+    // The finish packet queues behind the data already written, so it needs no drain.
     this.phase = "finishing";
     this.port.send(MessageStatus.OK);
   }
