@@ -52,7 +52,10 @@ export type UploadPhase =
 export type DownloadPhase = "awaiting-reply" | "receiving" | "finishing" | "done" | "failed";
 
 export interface StreamMachineOptions {
-  /** Upload data packet payload (default UPLOAD_FRAME_BODY_BYTES); libvirt's own client uses 262120. */
+  /**
+   * Upload data packet payload: default UPLOAD_FRAME_BODY_BYTES, at most
+   * Limits.streamChunk (262120, what libvirt's own client sends and every daemon takes).
+   */
   chunkBytes?: number;
   /** After a source failure, how long to wait for the daemon to confirm the abort. */
   abortGraceMs?: number;
