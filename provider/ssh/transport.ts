@@ -11,7 +11,7 @@
  */
 import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
-import type { Socket } from "node:net";
+import { connect, type Socket } from "node:net";
 import { join } from "node:path";
 import { Client, type ClientChannel, type ConnectConfig } from "ssh2";
 import {
@@ -31,7 +31,6 @@ import {
   type KnownHostEntry,
 } from "./known-hosts";
 import { DEFAULT_LIBVIRT_SOCKET } from "./local";
-import { connectTickCorked } from "./tick-corked-socket";
 
 export interface SshTarget extends SshCredentials {
   host: string;
@@ -190,7 +189,7 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
       finish(new SshConnectError(`ssh to ${where}: the connection closed during login`)),
     );
     // We open the TCP connection ourselves so the deadline covers it and we know our end of it.
-    const tcp = connectTickCorked(target.host, port);
+    const tcp = connect({ host: target.host, port });
     link.socket = tcp;
     tcp.setNoDelay(true);
     tcp.once("error", (error) =>
