@@ -34,8 +34,32 @@ export interface Packet {
   body: Buffer;
 }
 
+/**
+ * ArrayBuffers whose first HEADER_BYTES are kept free for a packet header, so
+ * a body written behind them becomes a packet without being copied. An upload
+ * frames every byte it sends: copying each 256 KiB body once more into a new
+ * packet was a tenth of the uploading process's CPU on Node 26, and as much
+ * garbage again as the data itself.
+ */
+const headerRoom = new WeakSet<ArrayBufferLike>();
+
+/**
+ * A body buffer of `bodyBytes` with room for the header in front of it:
+ * `encodePacket` frames it (or a prefix of it) in place, once. Write the body
+ * completely before framing it and do not touch it afterwards.
+ */
+export function allocateFramedBody(bodyBytes: number): Buffer {
+  // allocUnsafeSlow: a buffer of its own, never a slice of Node's shared pool.
+  const frame = Buffer.allocUnsafeSlow(HEADER_BYTES + bodyBytes);
+  headerRoom.add(frame.buffer);
+  return frame.subarray(HEADER_BYTES);
+}
+
 export function encodePacket(header: MessageHeader, body: Uint8Array = Buffer.alloc(0)): Buffer {
-  const packet = Buffer.allocUnsafe(HEADER_BYTES + body.length);
+  const inPlace = body.byteOffset === HEADER_BYTES && headerRoom.delete(body.buffer);
+  const packet = inPlace
+    ? Buffer.from(body.buffer, 0, HEADER_BYTES + body.length)
+    : Buffer.allocUnsafe(HEADER_BYTES + body.length);
   packet.writeUInt32BE(HEADER_BYTES + body.length, 0);
   packet.writeUInt32BE(header.program, 4);
   packet.writeUInt32BE(header.version, 8);
@@ -43,7 +67,7 @@ export function encodePacket(header: MessageHeader, body: Uint8Array = Buffer.al
   packet.writeInt32BE(header.type, 16);
   packet.writeUInt32BE(header.serial, 20);
   packet.writeInt32BE(header.status, 24);
-  packet.set(body, HEADER_BYTES);
+  if (!inPlace) packet.set(body, HEADER_BYTES);
   return packet;
 }
 

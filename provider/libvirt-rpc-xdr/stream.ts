@@ -18,7 +18,7 @@
  *   download: awaiting-reply → receiving → finishing → done   (any → failed)
  */
 import type { Readable, Writable } from "node:stream";
-import type { Packet, SerialHandler } from "./core";
+import { HEADER_BYTES, allocateFramedBody, type Packet, type SerialHandler } from "./core";
 import { LibvirtError, LibvirtStreamEndpointError, LibvirtTransportError } from "./errors";
 import { Limits, MessageStatus, MessageType, readRemoteError } from "./protocol";
 import { XdrReader } from "./xdr";
@@ -36,12 +36,26 @@ export interface StreamPort {
   release(): void;
 }
 
+/**
+ * The upload's data payload: what makes a whole packet, header included,
+ * exactly 256 KiB. libvirt's own client sends 262120 bytes (its legacy
+ * payload limit, which every daemon accepts), a packet of 256 KiB + 4; over
+ * SSH, whose channels carry 32 KiB packets (OpenSSH's size), that is eight
+ * full SSH packets and a 4-byte one, and each SSH packet costs ssh2 a cipher
+ * context, random padding and two buffers in JavaScript. 262116 stays under
+ * the legacy limit and splits evenly.
+ */
+export const UPLOAD_FRAME_BODY_BYTES = 256 * 1024 - HEADER_BYTES;
+
 export type UploadPhase =
   "awaiting-reply" | "sending" | "finishing" | "aborting" | "done" | "failed";
 export type DownloadPhase = "awaiting-reply" | "receiving" | "finishing" | "done" | "failed";
 
 export interface StreamMachineOptions {
-  /** Largest data packet payload; libvirt's own client uses 262120. */
+  /**
+   * Upload data packet payload: default UPLOAD_FRAME_BODY_BYTES, at most
+   * Limits.streamChunk (262120, what libvirt's own client sends and every daemon takes).
+   */
   chunkBytes?: number;
   /** After a source failure, how long to wait for the daemon to confirm the abort. */
   abortGraceMs?: number;
@@ -139,12 +153,24 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
   private abortGraceTimer: NodeJS.Timeout | undefined;
   /** Why we are aborting; reported once the daemon confirms (or the grace period ends). */
   private abortReason: Error | undefined;
+  /** The body being filled, with room for its header (see allocateFramedBody), and how full it is. */
+  private frame: Buffer | undefined;
+  private frameFilled = 0;
+  /** The rest of a source chunk read before the transport backed up; sent before reading more. */
+  private unsent: Buffer | undefined;
+  /** The source has ended; once everything held back is out, the upload finishes. */
+  private sourceDone = false;
+  /** Bytes handed to the transport. */
   bytesSent = 0;
 
   private readonly onReadable = (): void => this.pump();
-  private readonly onEnd = (): void => this.sourceEnded();
+  private readonly onEnd = (): void => {
+    this.sourceDone = true;
+    this.pump();
+  };
   private readonly onError = (error: unknown): void => this.sourceFailed(error);
   private readonly onClose = (): void => {
+    if (this.sourceDone) return;
     if (this.phase === "sending" || this.phase === "awaiting-reply") {
       this.sourceFailed(new Error("the source closed before its end"));
     }
@@ -157,7 +183,7 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
     options: StreamMachineOptions = {},
   ) {
     super(port, procedure);
-    this.chunkBytes = options.chunkBytes ?? Limits.streamChunk;
+    this.chunkBytes = Math.min(options.chunkBytes ?? UPLOAD_FRAME_BODY_BYTES, Limits.streamChunk);
     this.abortGraceMs = options.abortGraceMs ?? 5000;
     // 'readable' puts the source in paused mode: nothing is read until we call read().
     source.on("readable", this.onReadable);
@@ -188,8 +214,8 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
       return;
     }
     this.phase = "sending";
-    if (this.source.readableEnded) this.sourceEnded();
-    else this.pump();
+    if (this.source.readableEnded) this.sourceDone = true;
+    this.pump();
   }
 
   onStream(packet: Packet): void {
@@ -234,33 +260,64 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
 
   private pump(): void {
     while (this.phase === "sending" && this.stopWaitingForDrain === undefined) {
-      const chunk: unknown = this.source.read();
-      if (chunk === null) return;
-      // Buffers go out as they are (no copy); strings and other typed arrays are converted.
-      const bytes = Buffer.isBuffer(chunk)
-        ? chunk
-        : typeof chunk === "string"
-          ? Buffer.from(chunk)
-          : Buffer.from(chunk as Uint8Array);
-      let writable = true;
-      for (let offset = 0; offset < bytes.length; offset += this.chunkBytes) {
-        writable = this.port.send(
-          MessageStatus.CONTINUE,
-          bytes.subarray(offset, offset + this.chunkBytes),
-        );
+      const bytes = this.unsent ?? (this.sourceDone ? null : this.readSource());
+      this.unsent = undefined;
+      if (bytes === null) {
+        if (this.sourceDone) this.finishSending();
+        return;
       }
-      this.bytesSent += bytes.length;
-      if (!writable) {
+      const consumed = this.fillFrames(bytes);
+      if (consumed < bytes.length) this.unsent = bytes.subarray(consumed);
+    }
+  }
+
+  private readSource(): Buffer | null {
+    const chunk: unknown = this.source.read();
+    if (chunk === null) return null;
+    // Strings and typed arrays other than Buffer are converted; Buffers are only read.
+    return Buffer.isBuffer(chunk)
+      ? chunk
+      : typeof chunk === "string"
+        ? Buffer.from(chunk)
+        : Buffer.from(chunk as Uint8Array);
+  }
+
+  /**
+   * Copies `bytes` into frames and sends each frame once it is full; stops
+   * after the first send the transport refuses and waits for its drain.
+   * Returns how many bytes it took.
+   */
+  private fillFrames(bytes: Buffer): number {
+    let offset = 0;
+    while (offset < bytes.length) {
+      this.frame ??= allocateFramedBody(this.chunkBytes);
+      const copied = bytes.copy(this.frame, this.frameFilled, offset);
+      offset += copied;
+      this.frameFilled += copied;
+      if (this.frameFilled < this.chunkBytes) continue;
+      if (!this.sendFrame()) {
         this.stopWaitingForDrain = this.port.onceDrained(() => {
           this.stopWaitingForDrain = undefined;
           this.pump();
         });
+        break;
       }
     }
+    return offset;
   }
 
-  private sourceEnded(): void {
-    if (this.phase !== "sending") return;
+  /** Sends the frame being filled (also a partial one); false when the transport is backed up. */
+  private sendFrame(): boolean {
+    const frame = this.frame!.subarray(0, this.frameFilled);
+    this.frame = undefined;
+    this.frameFilled = 0;
+    this.bytesSent += frame.length;
+    return this.port.send(MessageStatus.CONTINUE, frame);
+  }
+
+  /** Everything is read and all but the last frame sent: send it, then the finish packet. */
+  private finishSending(): void {
+    if (this.frameFilled > 0) this.sendFrame();
     // The finish packet queues behind the data already written, so it needs no drain.
     this.phase = "finishing";
     this.port.send(MessageStatus.OK);
@@ -295,6 +352,8 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
     this.source.off("end", this.onEnd);
     this.source.off("error", this.onError);
     this.source.off("close", this.onClose);
+    this.frame = undefined;
+    this.unsent = undefined;
     if (this.phase === "failed" && !this.source.destroyed) {
       // A failed upload will never read the rest: release the source (file descriptor, HTTP body).
       this.source.on("error", () => undefined);

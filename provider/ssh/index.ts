@@ -7,4 +7,5 @@ export * from "./known-hosts";
 export * from "./auth";
 export * from "./local";
 export * from "./transport";
+export * from "./ciphers";
 export * from "./pool";

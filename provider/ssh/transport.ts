@@ -20,6 +20,7 @@ import {
   type ConnectionOptions,
 } from "../libvirt-rpc-xdr";
 import { resolveAuthMethods, type SshCredentials } from "./auth";
+import { cipherOffer, linkAlgorithms, ssh2CryptoFacts, type SshLinkAlgorithms } from "./ciphers";
 import { SshAuthError, SshConfigError, SshConnectError, SshHostKeyError } from "./errors";
 import {
   isNoCommonHostKeyType,
@@ -60,6 +61,8 @@ export interface SshDialOptions {
   keepaliveIntervalMs?: number;
   keepaliveCountMax?: number;
   signal?: AbortSignal;
+  /** Told the algorithms the SSH link negotiated (cipher, MAC, …; nothing secret), once, before login. */
+  onHandshake?: (algorithms: SshLinkAlgorithms) => void;
   /** Told the local end of the TCP link once SSH is up (for logs, and for tests that find the server side). */
   onLinkEstablished?: (link: { localAddress: string; localPort: number }) => void;
   /** libvirt connection options (default call deadline, libvirt keepalive, handshake deadline). */
@@ -98,12 +101,15 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
     keepaliveInterval: options.keepaliveIntervalMs ?? 5000,
     keepaliveCountMax: options.keepaliveCountMax ?? 3,
   };
+  const cryptoFacts = ssh2CryptoFacts();
+  if (cryptoFacts) config.algorithms = { cipher: cipherOffer(cryptoFacts) as never };
   if (target.insecureSkipHostKeyVerification === true) {
     config.hostVerifier = () => true;
   } else {
     const entries = loadKnownHosts(target);
     const algorithms = pinnedHostKeyAlgorithms(entries, target.host, port);
-    if (algorithms) config.algorithms = { serverHostKey: algorithms as never };
+    if (algorithms)
+      config.algorithms = { ...config.algorithms, serverHostKey: algorithms as never };
     pinned = pinnedKeyTypes(entries, target.host, port);
     config.hostVerifier = (key: Buffer): boolean => {
       const verdict = verifyHostKey(entries, target.host, port, key);
@@ -147,6 +153,9 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
       return;
     }
     options.signal?.addEventListener("abort", onAbort, { once: true });
+    client.once("handshake", (negotiated) =>
+      options.onHandshake?.(linkAlgorithms(negotiated, cryptoFacts?.nativeBinding ?? null)),
+    );
     client.once("ready", () => {
       options.onLinkEstablished?.({
         localAddress: link.socket?.localAddress ?? "",

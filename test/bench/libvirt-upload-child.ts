@@ -1,31 +1,61 @@
 /**
  * One upload in a process of its own, so its peak RSS is the upload's and not
- * the benchmark runner's: `node libvirt-upload-child.js <env.json> <file> <volume>`.
- * Prints one JSON line: {"ms": connect + upload time, "maxRssMb": peak RSS}.
+ * the benchmark runner's:
+ * `node libvirt-upload-child.js <env.json> <file> <volume> [times]`
+ * uploads `file` `times` times in a row (default once) as one stream.
+ * Prints one JSON line: {"ms": connect + upload time, "cpuMs": this process's
+ * CPU over the same span, "maxRssMb": peak RSS, "ssh": the negotiated cipher
+ * and MAC and whether ssh2's native binding loaded}.
  */
 import { createReadStream, readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
+import { Readable } from "node:stream";
 import { Procedures } from "../../provider/libvirt-rpc-xdr";
-import { openLibvirtOverSsh } from "../../provider/ssh";
+import { openLibvirtOverSsh, type SshLinkAlgorithms } from "../../provider/ssh";
 import { labSshTarget } from "../lab/ssh-helpers";
 import type { LabEnv } from "../lab/lab";
 
+/** The file's bytes `times` times over, read the way a caller would read an image (1 MiB reads). */
+function repeatedFile(file: string, times: number): Readable {
+  if (times === 1) return createReadStream(file, { highWaterMark: 1024 * 1024 });
+  return Readable.from(
+    (async function* () {
+      for (let round = 0; round < times; round++) {
+        yield* createReadStream(file, { highWaterMark: 1024 * 1024 }) as AsyncIterable<Buffer>;
+      }
+    })(),
+    { objectMode: false, highWaterMark: 1024 * 1024 },
+  );
+}
+
 async function main(): Promise<void> {
-  const [envFile, file, volumeName] = process.argv.slice(2);
+  const [envFile, file, volumeName, timesArg] = process.argv.slice(2);
   if (!envFile || !file || !volumeName)
-    throw new Error("usage: libvirt-upload-child <env.json> <file> <volume>");
+    throw new Error("usage: libvirt-upload-child <env.json> <file> <volume> [times]");
+  const times = Number(timesArg ?? "1");
   const lab = JSON.parse(readFileSync(envFile, "utf8")) as LabEnv;
+  let ssh: SshLinkAlgorithms | undefined;
   const started = performance.now();
-  const conn = await openLibvirtOverSsh(labSshTarget(lab), { handshakeTimeoutMs: 10_000 });
+  const cpuBefore = process.cpuUsage();
+  const conn = await openLibvirtOverSsh(labSshTarget(lab), {
+    handshakeTimeoutMs: 10_000,
+    onHandshake: (algorithms) => (ssh = algorithms),
+  });
   const pool = await conn.call(Procedures.storagePoolLookupByName, { name: lab.pool });
   const vol = await conn.call(Procedures.storageVolLookupByName, { pool, name: volumeName });
-  await conn.upload({ vol }, createReadStream(file, { highWaterMark: 1024 * 1024 }), {
-    timeoutMs: 300_000,
-  });
+  await conn.upload({ vol }, repeatedFile(file, times), { timeoutMs: 600_000 });
   const ms = performance.now() - started;
+  const cpu = process.cpuUsage(cpuBefore);
   await conn.close();
   // resourceUsage().maxRSS is in KiB.
-  console.log(JSON.stringify({ ms, maxRssMb: process.resourceUsage().maxRSS / 1024 }));
+  console.log(
+    JSON.stringify({
+      ms,
+      cpuMs: (cpu.user + cpu.system) / 1000,
+      maxRssMb: process.resourceUsage().maxRSS / 1024,
+      ssh: ssh && { cipher: ssh.cipher, mac: ssh.mac, nativeBinding: ssh.nativeBinding },
+    }),
+  );
 }
 
 main().catch((error: unknown) => {

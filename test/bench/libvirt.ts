@@ -5,7 +5,10 @@
  *   sshd, beside `virsh vol-upload` over qemu+ssh:// to the same sshd, beside
  *   `ssh … 'cat > /dev/null'` over the same link (the practical ceiling);
  *   plus the peak RSS of the process doing our upload (connect + upload
- *   timed inside it, so node's own start-up is not counted against virsh);
+ *   timed inside it, so node's own start-up is not counted against virsh),
+ *   its CPU per MiB, and the peak RSS of a 2 GiB upload (the same file four
+ *   times as one stream), which must not grow with the image; the line
+ *   `# ssh cipher=… mac=… native_binding=…` says what our link negotiated;
  * - reading the metadata element of 500 domains through our client
  *   (one list call, then the reads pipelined) beside one virsh process
  *   running the same 500 `metadata` commands; connecting is timed in both.
@@ -14,7 +17,7 @@
  */
 import { execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { createReadStream, createWriteStream, rmSync, statSync } from "node:fs";
+import { createReadStream, createWriteStream, mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -35,6 +38,7 @@ const run = promisify(execFile);
 const MIB = 1024 * 1024;
 const UPLOAD_BYTES = 512 * MIB;
 const UPLOAD_ROUNDS = 3;
+const UPLOAD_2GIB_TIMES = 4;
 const SWEEP_DOMAINS = 500;
 const MARK_URI = "https://egress-proxies.invalid/bench-mark/v1";
 
@@ -91,33 +95,58 @@ function runWithStdin(command: string, args: string[], stdinFile: string): Promi
   });
 }
 
+interface UploadChildReport {
+  ms: number;
+  cpuMs: number;
+  maxRssMb: number;
+  ssh?: { cipher: string; mac: string; nativeBinding: boolean | null };
+}
+
+/** Our upload, in a process of its own so its peak RSS is the upload's alone. */
+async function uploadInChild(
+  lab: LabEnv,
+  file: string,
+  volumeName: string,
+  times = 1,
+): Promise<UploadChildReport> {
+  const { stdout } = await run(
+    process.execPath,
+    [
+      join(__dirname, "libvirt-upload-child.js"),
+      join(lab.labDir, "env.json"),
+      file,
+      volumeName,
+      String(times),
+    ],
+    { timeout: 600_000 },
+  );
+  return JSON.parse(stdout.trim().split("\n").pop()!) as UploadChildReport;
+}
+
+function describeSshLink(report: UploadChildReport): string {
+  const ssh = report.ssh;
+  if (!ssh) return "# ssh cipher=unknown mac=unknown native_binding=unknown";
+  const binding = ssh.nativeBinding === null ? "unknown" : ssh.nativeBinding ? "yes" : "no";
+  return `# ssh cipher=${ssh.cipher} mac=${ssh.mac} native_binding=${binding}`;
+}
+
 async function benchUpload(lab: LabEnv, file: string): Promise<void> {
   const conn = await openOurs(lab);
   const pool = await conn.call(Procedures.storagePoolLookupByName, { name: lab.pool });
   const volumeName = "egress-bench-upload";
   const ours: number[] = [];
+  const oursCpuMsPerMib: number[] = [];
   const virsh: number[] = [];
   const ssh: number[] = [];
   let peakRssMb = 0;
+  let peakRss2GibMb = 0;
   try {
     for (let round = 0; round < UPLOAD_ROUNDS; round++) {
       await recreateVolume(conn, pool, volumeName, UPLOAD_BYTES);
-      // Our upload runs in a process of its own so its peak RSS is the upload's alone.
-      const { stdout } = await run(
-        process.execPath,
-        [
-          join(__dirname, "libvirt-upload-child.js"),
-          join(lab.labDir, "env.json"),
-          file,
-          volumeName,
-        ],
-        { timeout: 300_000 },
-      );
-      const child = JSON.parse(stdout.trim().split("\n").pop()!) as {
-        ms: number;
-        maxRssMb: number;
-      };
+      const child = await uploadInChild(lab, file, volumeName);
+      if (round === 0) console.log(describeSshLink(child));
       ours.push(child.ms);
+      oursCpuMsPerMib.push(child.cpuMs / (UPLOAD_BYTES / MIB));
       peakRssMb = Math.max(peakRssMb, child.maxRssMb);
 
       await recreateVolume(conn, pool, volumeName, UPLOAD_BYTES);
@@ -156,6 +185,9 @@ async function benchUpload(lab: LabEnv, file: string): Promise<void> {
         ),
       );
     }
+    // The same file four times over as one 2 GiB stream: the peak must not grow with the image.
+    await recreateVolume(conn, pool, volumeName, UPLOAD_2GIB_TIMES * UPLOAD_BYTES);
+    peakRss2GibMb = (await uploadInChild(lab, file, volumeName, UPLOAD_2GIB_TIMES)).maxRssMb;
     const vol = await conn.call(Procedures.storageVolLookupByName, { pool, name: volumeName });
     await conn.call(Procedures.storageVolDelete, { vol, flags: 0 });
   } finally {
@@ -167,7 +199,10 @@ async function benchUpload(lab: LabEnv, file: string): Promise<void> {
   printBench("upload_512mib_ssh_cat_ms", sshMs);
   printBench("upload_time_ratio_vs_virsh", oursMs / virshMs);
   printBench("upload_time_ratio_vs_ssh", oursMs / sshMs);
+  printBench("upload_ours_cpu_ms_per_mib", median(oursCpuMsPerMib));
   printBench("upload_peak_rss_mb", peakRssMb);
+  printBench("upload_2gib_peak_rss_mb", peakRss2GibMb);
+  printBench("upload_2gib_vs_512mib_peak_rss_ratio", peakRss2GibMb / peakRssMb);
 }
 
 function domainXml(name: string, index: number): string {
@@ -248,14 +283,15 @@ async function benchMetadataSweep(lab: LabEnv): Promise<void> {
 
 export async function runLibvirtBenchmarks(): Promise<void> {
   const lab = await useLab();
-  const file = join(tmpdir(), `egress-bench-${process.pid}.bin`);
+  const dir = mkdtempSync(join(tmpdir(), "egress-bench-libvirt-"));
+  const file = join(dir, "upload.bin");
   try {
     await writeRandomFile(file, UPLOAD_BYTES);
     if (statSync(file).size !== UPLOAD_BYTES) throw new Error(`${file} has the wrong size`);
     await benchUpload(lab, file);
     await benchMetadataSweep(lab);
   } finally {
-    rmSync(file, { force: true });
+    rmSync(dir, { recursive: true, force: true });
     await stopWhatThisProcessStarted();
   }
 }
