@@ -8,7 +8,7 @@
  *   timed inside it, so node's own start-up is not counted against virsh),
  *   its CPU per MiB, and the peak RSS of a 2 GiB upload (the same file four
  *   times as one stream), which must not grow with the image; the line
- *   `# ssh cipher=… mac=… native_binding=…` says what our link negotiated;
+ *   `bench ssh_cipher=…`, `ssh_mac=…`, `ssh_native_binding=…` say what our link negotiated;
  * - reading the metadata element of 500 domains through our client
  *   (one list call, then the reads pipelined) beside one virsh process
  *   running the same 500 `metadata` commands; connecting is timed in both.
@@ -32,7 +32,7 @@ import {
 import { openLibvirtOverSsh } from "../../provider/ssh";
 import { labSshTarget } from "../lab/ssh-helpers";
 import { stopWhatThisProcessStarted, useLab, type LabEnv } from "../lab/lab";
-import { median, printBench, timeMsAsync } from "./measure";
+import { median, printBench, printBenchFact, timeMsAsync } from "./measure";
 
 const run = promisify(execFile);
 const MIB = 1024 * 1024;
@@ -123,11 +123,13 @@ async function uploadInChild(
   return JSON.parse(stdout.trim().split("\n").pop()!) as UploadChildReport;
 }
 
-function describeSshLink(report: UploadChildReport): string {
+/** What our upload link negotiated, as facts of the run (printed and kept in bench-results.json). */
+function recordSshLink(report: UploadChildReport): void {
   const ssh = report.ssh;
-  if (!ssh) return "# ssh cipher=unknown mac=unknown native_binding=unknown";
-  const binding = ssh.nativeBinding === null ? "unknown" : ssh.nativeBinding ? "yes" : "no";
-  return `# ssh cipher=${ssh.cipher} mac=${ssh.mac} native_binding=${binding}`;
+  const binding = !ssh || ssh.nativeBinding === null ? "unknown" : ssh.nativeBinding ? "yes" : "no";
+  printBenchFact("ssh_cipher", ssh?.cipher ?? "unknown");
+  printBenchFact("ssh_mac", ssh?.mac ?? "unknown");
+  printBenchFact("ssh_native_binding", binding);
 }
 
 async function benchUpload(lab: LabEnv, file: string): Promise<void> {
@@ -144,7 +146,7 @@ async function benchUpload(lab: LabEnv, file: string): Promise<void> {
     for (let round = 0; round < UPLOAD_ROUNDS; round++) {
       await recreateVolume(conn, pool, volumeName, UPLOAD_BYTES);
       const child = await uploadInChild(lab, file, volumeName);
-      if (round === 0) console.log(describeSshLink(child));
+      if (round === 0) recordSshLink(child);
       ours.push(child.ms);
       oursCpuMsPerMib.push(child.cpuMs / (UPLOAD_BYTES / MIB));
       peakRssMb = Math.max(peakRssMb, child.maxRssMb);
