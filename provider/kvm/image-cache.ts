@@ -79,8 +79,10 @@ async function fillCache(options: EnsureBaseImageOptions, name: string): Promise
   const marker = baseImageMarkerName(name);
   for (;;) {
     options.deadline.check(`preparing base image ${name} on ${host.label}`);
-    const markerVolume = await host.findVolume(pool, marker);
-    const baseVolume = await host.findVolume(pool, name);
+    const [markerVolume, baseVolume] = await Promise.all([
+      host.findVolume(pool, marker),
+      host.findVolume(pool, name),
+    ]);
     if (markerVolume && baseVolume) return describeBase(options, baseVolume, name, false);
     if (baseVolume === undefined) break;
     // A base without its marker: someone is uploading, or an upload died.
@@ -183,11 +185,8 @@ async function describeBase(
   name: string,
   downloaded: boolean,
 ): Promise<BaseImage> {
-  const [info, path] = await Promise.all([
-    options.host.volumeInfo(volume),
-    options.host.volumePath(volume),
-  ]);
-  if (info.capacity === 0n)
+  const { capacityBytes, path } = await options.host.volumeDescription(volume);
+  if (capacityBytes === 0n)
     throw new TransientError(
       `base image ${name} on ${options.host.label} reports no size yet; the pool refresh has not finished`,
     );
@@ -196,7 +195,7 @@ async function describeBase(
     name,
     path,
     format: options.image.format,
-    virtualBytes: info.capacity,
+    virtualBytes: capacityBytes,
     downloaded,
   };
 }
