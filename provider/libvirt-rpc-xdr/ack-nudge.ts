@@ -15,10 +15,10 @@
  *   (checked after the turn's promise jobs: a reply that prompts the next
  *   call carries the ACK itself), or
  * - replies are owed and the link has been silent since our last write for
- *   2, 4, 8, 16, then 32 ms (data we cannot see, such as SSH messages, may
+ *   1, 2, 4, 8, 16, then 32 ms (data we cannot see, such as SSH messages, may
  *   be waiting for its ACK); after that the delayed ACK has gone anyway.
  */
-const FIRST_SILENCE_MS = 2;
+const FIRST_SILENCE_MS = 1;
 /** Past Linux's 40 ms delayed-ACK ceiling a nudge changes nothing. */
 const LAST_SILENCE_MS = 32;
 
@@ -29,8 +29,6 @@ export class AcknowledgementNudge {
   private silenceMs = FIRST_SILENCE_MS;
   private nudging = false;
   private stopped = false;
-  /** Nudges sent (tests and benchmarks read it). */
-  sent = 0;
 
   constructor(
     /** Writes the no-op packet. */
@@ -74,7 +72,6 @@ export class AcknowledgementNudge {
   }
 
   private nudge(): void {
-    this.sent++;
     this.nudging = true;
     try {
       this.send();

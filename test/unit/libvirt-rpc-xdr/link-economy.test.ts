@@ -26,7 +26,8 @@ describe("one link, many calls", () => {
     let writes = 0;
     const write = daemon.clientSide.write.bind(daemon.clientSide);
     daemon.clientSide.write = ((...args: Parameters<typeof write>) => {
-      writes++;
+      // A lone keepalive PONG (the acknowledgement nudge on a silent link) is not a batch of calls.
+      if ((args[0] as Buffer).length > 28) writes++;
       return write(...args);
     }) as typeof write;
     const direct = Array.from({ length: 100 }, () =>
@@ -37,7 +38,7 @@ describe("one link, many calls", () => {
       await Promise.resolve();
       return conn.call(Procedures.connectGetHostname, undefined);
     })();
-    await new Promise((resolve) => setImmediate(resolve));
+    await tick(5);
     assert.equal(writes, 1);
     const calls = daemon.received.filter((p) => p.header.procedure === 59);
     assert.equal(calls.length, 101);
@@ -65,7 +66,7 @@ describe("one link, many calls", () => {
     conn.destroy();
   });
 
-  it("nudges a silent link after 2, 4, 8, 16 and 32 ms, then leaves it to the delayed ACK", async () => {
+  it("nudges a silent link after 1, 2, 4, 8, 16 and 32 ms, then leaves it to the delayed ACK", async () => {
     let owed = true;
     const sent: number[] = [];
     const started = Date.now();
@@ -78,14 +79,14 @@ describe("one link, many calls", () => {
     );
     nudge.wrote();
     await tick(150);
-    assert.equal(sent.length, 5, `nudged at ${sent.join(", ")} ms`);
+    assert.equal(sent.length, 6, `nudged at ${sent.join(", ")} ms`);
     nudge.received();
     await new Promise((resolve) => setImmediate(resolve));
-    assert.equal(sent.length, 6, "input with replies still owed: acknowledged at once");
+    assert.equal(sent.length, 7, "input with replies still owed: acknowledged at once");
     owed = false;
     nudge.wrote();
     await tick(20);
-    assert.equal(sent.length, 6, "nothing owed: no nudge");
+    assert.equal(sent.length, 7, "nothing owed: no nudge");
     nudge.stop();
   });
 
