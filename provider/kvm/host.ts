@@ -166,6 +166,23 @@ export class LibvirtHost {
     }
   }
 
+  /**
+   * A volume's handle and description by pool and name, in one call instead
+   * of a look-up and then GET_XML_DESC: libvirt finds a volume by its pool's
+   * and its own name (the handle's key is not consulted), and answers
+   * NO_STORAGE_VOL when there is none: undefined here.
+   */
+  async describeVolumeNamed(
+    pool: StoragePoolHandle,
+    name: string,
+  ): Promise<{ volume: StorageVolHandle; description: VolumeDescription } | undefined> {
+    const description = await this.orUndefined(() =>
+      this.volumeDescription({ pool: pool.name, name, key: "" }),
+    );
+    if (description === undefined) return undefined;
+    return { volume: { pool: pool.name, name, key: description.key }, description };
+  }
+
   createVolume(pool: StoragePoolHandle, name: string, xml: string): Promise<StorageVolHandle> {
     return this.rpc(Procedures.storageVolCreateXml, { pool, xml, flags: 0 }, `volume ${name}`);
   }

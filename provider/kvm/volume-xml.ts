@@ -62,6 +62,8 @@ const parser = new XMLParser({
 export interface VolumeDescription {
   capacityBytes: bigint;
   path: string;
+  /** libvirt's key for the volume (for a directory pool, its path). */
+  key: string;
 }
 
 /**
@@ -80,7 +82,8 @@ export function parseVolumeXml(xml: string): VolumeDescription {
     throw new Error(`volume XML has no capacity in a known unit: ${JSON.stringify(capacity)}`);
   if (typeof path !== "string" || path.trim() === "")
     throw new Error("volume XML has no target path");
-  return { capacityBytes: BigInt(amount.trim()) * unitBytes, path: path.trim() };
+  const key = typeof volume.key === "string" && volume.key.trim() !== "" ? volume.key.trim() : path;
+  return { capacityBytes: BigInt(amount.trim()) * unitBytes, path: path.trim(), key: key.trim() };
 }
 
 const VOLUME_UNIT_BYTES: Record<string, bigint> = {

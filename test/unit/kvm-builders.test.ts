@@ -329,6 +329,7 @@ describe("volumes and addresses", () => {
     assert.deepEqual(parseVolumeXml(xml), {
       capacityBytes: 9007199254740993n,
       path: "/var/lib/libvirt/images/egress-base-x.qcow2",
+      key: "/var/lib/libvirt/images/egress-base-x.qcow2",
     });
     assert.equal(
       parseVolumeXml(
