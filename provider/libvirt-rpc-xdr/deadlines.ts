@@ -56,6 +56,8 @@ export class CallDeadlines {
       else if (entry.at < next) next = entry.at;
     }
     for (const entry of due) this.entries.delete(entry);
+    // A timer that fired late may find several due: they expire in deadline order all the same.
+    due.sort((a, b) => a.at - b.at);
     // Cancelled calls leave no entry, so the timer may fire with nothing due: it just re-arms.
     if (next !== Infinity) this.arm(next);
     for (const entry of due) entry.onExpired();
