@@ -25,6 +25,28 @@ export class CreateAttempt {
     this.volumes.push(volumeName);
   }
 
+  /** The create found a volume of that name already there (an earlier attempt's): it is not this attempt's. */
+  foundExisting(volumeName: string): void {
+    const index = this.volumes.lastIndexOf(volumeName);
+    if (index >= 0) this.volumes.splice(index, 1);
+  }
+
+  /**
+   * Runs steps that make things side by side. When one fails, the others
+   * are waited for before the first failure is thrown, so an undo never runs
+   * while a call that may still make something is in flight.
+   */
+  async together<T extends readonly unknown[]>(steps: {
+    [K in keyof T]: Promise<T[K]>;
+  }): Promise<T> {
+    const outcomes = await Promise.allSettled(steps);
+    const failed = outcomes.find((outcome) => outcome.status === "rejected");
+    if (failed) throw failed.reason;
+    return outcomes.map(
+      (outcome) => (outcome as PromiseFulfilledResult<unknown>).value,
+    ) as unknown as T;
+  }
+
   /** Called just before the define call, for the same reason. */
   defining(): void {
     this.defineSent = true;

@@ -29,6 +29,7 @@ import {
 import type { AddressSource, ReportedInterface } from "./addresses";
 import { classifyLibvirtError } from "./classify";
 import { parseMarkElementXml } from "./domain-xml";
+import { parseVolumeXml, type VolumeDescription } from "./volume-xml";
 
 /** virDomainXMLFlags: the persistent configuration rather than the live one. */
 const DOMAIN_XML_INACTIVE = 2;
@@ -149,8 +150,59 @@ export class LibvirtHost {
     return this.rpc(Procedures.storageVolGetPath, { vol }, `volume ${vol.name}`);
   }
 
+  /** Capacity and path in one call (the volume's XML). */
+  async volumeDescription(vol: StorageVolHandle): Promise<VolumeDescription> {
+    const xml = await this.rpc(
+      Procedures.storageVolGetXmlDesc,
+      { vol, flags: 0 },
+      `volume ${vol.name}`,
+    );
+    try {
+      return parseVolumeXml(xml);
+    } catch (error) {
+      throw new PermanentError(`volume ${vol.name} on ${this.label}: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
+  }
+
+  /**
+   * A volume's handle and description by pool and name, in one call instead
+   * of a look-up and then GET_XML_DESC: libvirt finds a volume by its pool's
+   * and its own name (the handle's key is not consulted), and answers
+   * NO_STORAGE_VOL when there is none: undefined here.
+   */
+  async describeVolumeNamed(
+    pool: StoragePoolHandle,
+    name: string,
+  ): Promise<{ volume: StorageVolHandle; description: VolumeDescription } | undefined> {
+    const description = await this.orUndefined(() =>
+      this.volumeDescription({ pool: pool.name, name, key: "" }),
+    );
+    if (description === undefined) return undefined;
+    return { volume: { pool: pool.name, name, key: description.key }, description };
+  }
+
   createVolume(pool: StoragePoolHandle, name: string, xml: string): Promise<StorageVolHandle> {
     return this.rpc(Procedures.storageVolCreateXml, { pool, xml, flags: 0 }, `volume ${name}`);
+  }
+
+  /**
+   * Creates the volume, or returns undefined when one of that name exists:
+   * one call where a look-up and a create were two.
+   */
+  async createVolumeIfAbsent(
+    pool: StoragePoolHandle,
+    name: string,
+    xml: string,
+  ): Promise<StorageVolHandle | undefined> {
+    this.deadline.check(`libvirt storageVolCreateXml on ${this.label}`);
+    try {
+      return await this.call(Procedures.storageVolCreateXml, { pool, xml, flags: 0 });
+    } catch (error) {
+      if (isLibvirtCode(error, ErrorCode.STORAGE_VOL_EXIST)) return undefined;
+      throw this.classify(error, "storageVolCreateXml", `volume ${name}`);
+    }
   }
 
   /** Deleting what is already gone is fine: delete is idempotent. */
@@ -247,32 +299,28 @@ export class LibvirtHost {
     );
   }
 
-  poolNames(flags: number): Promise<string[]> {
-    return this.listNames(Procedures.connectListAllStoragePools, flags, "pools", (r) => r.pools);
+  /** The pools `flags` selects, as handles: a pool found here needs no look-up. */
+  pools(flags: number): Promise<StoragePoolHandle[]> {
+    return this.listAll(Procedures.connectListAllStoragePools, flags, "pools", (r) => r.pools);
   }
 
-  networkNames(flags: number): Promise<string[]> {
-    return this.listNames(Procedures.connectListAllNetworks, flags, "networks", (r) => r.nets);
+  networks(flags: number): Promise<NetworkHandle[]> {
+    return this.listAll(Procedures.connectListAllNetworks, flags, "networks", (r) => r.nets);
   }
 
-  interfaceNames(flags: number): Promise<string[]> {
-    return this.listNames(
-      Procedures.connectListAllInterfaces,
-      flags,
-      "interfaces",
-      (r) => r.ifaces,
-    );
+  /** The host's network interfaces (bridges among them) as libvirt's interface driver sees them. */
+  hostInterfaces(flags: number): Promise<Array<{ name: string }>> {
+    return this.listAll(Procedures.connectListAllInterfaces, flags, "interfaces", (r) => r.ifaces);
   }
 
-  /** The names a `connectListAll*` call returns (`needResults` 1: the objects, not only a count). */
-  private async listNames<Ret>(
+  /** What a `connectListAll*` call returns (`needResults` 1: the objects, not only a count). */
+  private async listAll<Ret, T>(
     procedure: Procedure<{ needResults: number; flags: number }, Ret>,
     flags: number,
     resource: string,
-    objects: (reply: Ret) => ReadonlyArray<{ name: string }>,
-  ): Promise<string[]> {
-    const reply = await this.rpc(procedure, { needResults: 1, flags }, resource);
-    return objects(reply).map((object) => object.name);
+    objects: (reply: Ret) => T[],
+  ): Promise<T[]> {
+    return objects(await this.rpc(procedure, { needResults: 1, flags }, resource));
   }
 
   private async lookupOrUndefined<T>(

@@ -20,7 +20,7 @@ import { outcomeUnknown } from "./classify";
 import type { LibvirtHost } from "./host";
 import { openImageDownload, type ImageDownloadProgress } from "./image-source";
 import { baseImageMarkerName, baseImageVolumeName } from "./naming";
-import { baseImageVolumeXml, rawVolumeXml } from "./volume-xml";
+import { baseImageVolumeXml, rawVolumeXml, type VolumeDescription } from "./volume-xml";
 import { Readable } from "node:stream";
 
 export interface ImageSpec {
@@ -79,10 +79,13 @@ async function fillCache(options: EnsureBaseImageOptions, name: string): Promise
   const marker = baseImageMarkerName(name);
   for (;;) {
     options.deadline.check(`preparing base image ${name} on ${host.label}`);
-    const markerVolume = await host.findVolume(pool, marker);
-    const baseVolume = await host.findVolume(pool, name);
-    if (markerVolume && baseVolume) return describeBase(options, baseVolume, name, false);
-    if (baseVolume === undefined) break;
+    const [markerVolume, base] = await Promise.all([
+      host.findVolume(pool, marker),
+      host.describeVolumeNamed(pool, name),
+    ]);
+    if (markerVolume && base) return describeBase(options, base, name, false);
+    if (base === undefined) break;
+    const baseVolume = base.volume;
     // A base without its marker: someone is uploading, or an upload died.
     if (await stillGrowing(options, baseVolume)) {
       options.log(`base image ${name} is being uploaded by another process; waiting`);
@@ -97,7 +100,8 @@ async function fillCache(options: EnsureBaseImageOptions, name: string): Promise
   await host.refreshPool(pool);
   const digest = await writeMarker(options, marker, volume.sha256);
   options.log(`base image ${name} cached (sha256 ${digest})`);
-  return describeBase(options, volume.handle, name, true);
+  const description = await host.volumeDescription(volume.handle);
+  return describeBase(options, { volume: volume.handle, description }, name, true);
 }
 
 async function stillGrowing(
@@ -177,26 +181,22 @@ async function writeMarker(
   return sha256;
 }
 
-async function describeBase(
+function describeBase(
   options: EnsureBaseImageOptions,
-  volume: StorageVolHandle,
+  { volume, description }: { volume: StorageVolHandle; description: VolumeDescription },
   name: string,
   downloaded: boolean,
-): Promise<BaseImage> {
-  const [info, path] = await Promise.all([
-    options.host.volumeInfo(volume),
-    options.host.volumePath(volume),
-  ]);
-  if (info.capacity === 0n)
+): BaseImage {
+  if (description.capacityBytes === 0n)
     throw new TransientError(
       `base image ${name} on ${options.host.label} reports no size yet; the pool refresh has not finished`,
     );
   return {
     volume,
     name,
-    path,
+    path: description.path,
     format: options.image.format,
-    virtualBytes: info.capacity,
+    virtualBytes: description.capacityBytes,
     downloaded,
   };
 }

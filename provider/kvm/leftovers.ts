@@ -22,7 +22,6 @@ import {
 import { openLibvirtOverSsh, openLocalLibvirt } from "../ssh";
 import { classifyLibvirtError } from "./classify";
 import { closeAllHosts } from "./connect";
-import { parseDomainXml } from "./domain-xml";
 import { LibvirtHost } from "./host";
 import {
   BASE_IMAGE_PREFIX,
@@ -79,8 +78,15 @@ export interface KvmSession {
 const LIST_BUDGET_MS = 300_000;
 const DELETE_BUDGET_MS = 180_000;
 const CALL_MS = 60_000;
-/** Marks are read pipelined on the one link, this many in flight. */
-const IN_FLIGHT = 32;
+/**
+ * Marks are read pipelined on the one link, this many domains at a time: the
+ * daemon works on a few calls of a client at once (max_client_requests, 5 by
+ * default) and the rest wait in the socket, so more only queue; this many
+ * keeps it busy while our writes still leave in large batches.
+ */
+const IN_FLIGHT = 128;
+/** What the domain listing gives an inactive domain as its id. */
+const INACTIVE_DOMAIN_ID = -1;
 
 export function labelOf(config: KvmDialTarget): string {
   return config.label ?? hostLabel(config.connection);
@@ -142,9 +148,20 @@ export async function listKvmBackend(
 ): Promise<BackendListing> {
   const items: ListedItem[] = [];
   try {
-    const domainNames = await listMarkedDomains(session, config, items, options);
-    for (const poolName of config.pools)
-      await listPool(session, config, poolName, domainNames, items, options);
+    // Domains and pools are listed side by side; which volumes are orphans is decided once both are in.
+    const domainNames = listMarkedDomains(session, config, items, options);
+    const poolVolumes = config.pools.map((poolName) => volumesOfPool(session, poolName));
+    await allSettledOrFirstFailure([domainNames, ...poolVolumes]);
+    for (const [index, poolName] of config.pools.entries())
+      await listPool(
+        session,
+        config,
+        poolName,
+        await poolVolumes[index]!,
+        await domainNames,
+        items,
+        options,
+      );
     return { backend: config.name, complete: true, items };
   } catch (error) {
     return {
@@ -156,7 +173,19 @@ export async function listKvmBackend(
   }
 }
 
-/** Every domain name on the host (marked or not: their volumes are not orphans). */
+/** Waits for all (so nothing adds to the listing after it is returned), then fails with the first failure. */
+async function allSettledOrFirstFailure(work: Promise<unknown>[]): Promise<void> {
+  const failed = (await Promise.allSettled(work)).find((outcome) => outcome.status === "rejected");
+  if (failed) throw failed.reason;
+}
+
+/**
+ * Every domain name on the host (marked or not: their volumes are not
+ * orphans), and the marked ones as items. Each domain costs one call for its
+ * mark (the metadata element alone, not the whole definition) and, only when
+ * it runs, one for its state: the listing says which are inactive, and an
+ * inactive domain is shut off.
+ */
 async function listMarkedDomains(
   session: KvmSession,
   config: KvmLeftoverScope,
@@ -170,10 +199,10 @@ async function listMarkedDomains(
     let reading: MarkReading;
     let state: string;
     try {
-      // From the domain XML, as KvmProxy's delete reads it: DOMAIN_GET_METADATA answers the
-      // element without its namespace declaration, which LibvirtHost.mark then reads as unmarked.
-      reading = parseDomainXml(await host.domainXml(dom)).mark;
-      state = (await host.state(dom)).state;
+      [reading, state] = await Promise.all([
+        host.mark(dom),
+        dom.id === INACTIVE_DOMAIN_ID ? "stopped" : host.state(dom).then((s) => s.state),
+      ]);
     } catch (error) {
       if (isNotFound(error)) return; // undefined since the listing: gone is fine
       throw error;
@@ -194,21 +223,25 @@ async function listMarkedDomains(
   return names;
 }
 
+async function volumesOfPool(session: KvmSession, poolName: string): Promise<StorageVolHandle[]> {
+  const pool = await session.host.findPool(poolName);
+  if (pool === undefined)
+    throw new PermanentError(
+      `storage pool ${JSON.stringify(poolName)} does not exist on ${session.label}; fix pools in the config`,
+    );
+  return listVolumes(session, pool);
+}
+
 async function listPool(
   session: KvmSession,
   config: KvmLeftoverScope,
   poolName: string,
+  volumes: StorageVolHandle[],
   domainNames: ReadonlySet<string>,
   items: ListedItem[],
   options: KvmListOptions,
 ): Promise<void> {
   const { host, label } = session;
-  const pool = await host.findPool(poolName);
-  if (pool === undefined)
-    throw new PermanentError(
-      `storage pool ${JSON.stringify(poolName)} does not exist on ${label}; fix pools in the config`,
-    );
-  const volumes = await listVolumes(session, pool);
   const bases: StorageVolHandle[] = [];
   const overlays: StorageVolHandle[] = [];
   for (const vol of volumes) {

@@ -31,7 +31,8 @@ export type Fact<T> =
 
 export interface NamedObjects {
   active: string[];
-  inactive: string[];
+  /** Asked for only when the wanted one is not active (or for the doctor): it names them then. */
+  inactive?: string[];
   /** Known only when gathered for the doctor (create does not need it). */
   autostart?: string[];
 }
@@ -239,7 +240,7 @@ function checkFirmware(wants: PreflightWants, facts: HostFacts): Finding {
 function listing(kind: string, objects: NamedObjects): string {
   const all = [
     ...objects.active.map((name) => `${name} (active)`),
-    ...objects.inactive.map((name) => `${name} (inactive)`),
+    ...(objects.inactive ?? []).map((name) => `${name} (inactive)`),
   ];
   return all.length === 0 ? `no ${kind} at all` : `${kind}: ${all.join(", ")}`;
 }
@@ -262,7 +263,7 @@ function checkPool(wants: PreflightWants, facts: HostFacts): Finding {
       ...(isDefault ? { safeFix: { kind: "autostart-pool", pool: "default" } as const } : {}),
     };
   }
-  if (pools.inactive.includes(name))
+  if (pools.inactive?.includes(name))
     return {
       ...base,
       status: "fail",
@@ -310,7 +311,7 @@ function checkNetwork(name: string, networks: Fact<NamedObjects> | undefined): F
   }
   // The NAT network's DHCP is dnsmasq, only a Recommends of the libvirt daemon packages.
   const dnsmasq = isDefault ? ["apt install dnsmasq-base (its DHCP server; Debian/Ubuntu)"] : [];
-  if (networks.value.inactive.includes(name))
+  if (networks.value.inactive?.includes(name))
     return {
       ...base,
       status: "fail",
@@ -345,7 +346,7 @@ function checkBridge(name: string, interfaces: Fact<NamedObjects> | undefined): 
   const base = { check: "network" as const, input, wanted: name };
   if (interfaces.value.active.includes(name))
     return { ...base, status: "ok", hostHas: "up", fix: [] };
-  if (interfaces.value.inactive.includes(name))
+  if (interfaces.value.inactive?.includes(name))
     return {
       ...base,
       status: "warn",

@@ -30,7 +30,7 @@ import { logToEngine } from "../common/engine-log";
 import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
 import { safeErrorMessage } from "../common/redact";
-import type { DomainHandle } from "../libvirt-rpc-xdr";
+import type { DomainHandle, StoragePoolHandle, StorageVolHandle } from "../libvirt-rpc-xdr";
 import { buildNoCloudSeed } from "../nocloud";
 import { lookUpAddress } from "./addresses";
 import { openHost, rememberKvmProviderConfig, type HostSession } from "./connect";
@@ -132,7 +132,7 @@ export async function create(raw: Props): Promise<{ id: string; outs: Props }> {
   const session = await stepsWithin(deadline, progressLog)("connect", () =>
     openHost(inputs, deadline),
   );
-  await assertHostReady(session.host, inputs); // pool, network, firmware, domain type: fail before making anything
+  const { pool, existing } = await surveyHost(session.host, inputs);
   const id = kvmResourceId(session.label, inputs.vmName);
   const record = (parts: RecordedParts, state: VmState, error: unknown): PartialCreateError =>
     new PartialCreateError(
@@ -141,10 +141,9 @@ export async function create(raw: Props): Promise<{ id: string; outs: Props }> {
       toError(error),
       raw,
     );
-  const existing = await session.host.findDomain(inputs.vmName);
   const domain = existing
     ? await resumeExisting(session, inputs, existing)
-    : await buildAndDefine(session, inputs, deadline, record);
+    : await buildAndDefine(session, inputs, pool, deadline, record);
   let state: VmState = "stopped";
   try {
     if (!inputs.running) {
@@ -181,6 +180,22 @@ interface DefinedDomain extends RecordedParts {
 
 type Recorder = (parts: RecordedParts, state: VmState, error: unknown) => PartialCreateError;
 
+/**
+ * Before create makes anything, in one round trip: the preflight (pool,
+ * network, firmware, domain type: fail before making anything), the pool's
+ * handle from its listing, and a domain an earlier attempt defined.
+ */
+async function surveyHost(
+  host: LibvirtHost,
+  inputs: KvmProxyInputs,
+): Promise<{ pool: StoragePoolHandle; existing: DomainHandle | undefined }> {
+  const existing = host.findDomain(inputs.vmName);
+  // If the preflight fails, its error is the one to tell; this look-up's is dropped.
+  existing.catch(() => undefined);
+  const { pool } = await assertHostReady(host, inputs);
+  return { pool, existing: await existing };
+}
+
 /** A retried create finds the domain it defined last time: adopt it only if the mark says it is ours. */
 async function resumeExisting(
   session: HostSession,
@@ -209,11 +224,11 @@ async function resumeExisting(
 async function buildAndDefine(
   session: HostSession,
   inputs: KvmProxyInputs,
+  pool: StoragePoolHandle,
   deadline: Deadline,
   record: Recorder,
 ): Promise<DefinedDomain> {
   const { host } = session;
-  const pool = await host.pool(inputs.pool);
   const base = await ensureBaseImage({
     host,
     cleanupHost: () => session.within(cleanupDeadline(inputs)),
@@ -225,16 +240,11 @@ async function buildAndDefine(
   });
   const attempt = new CreateAttempt(pool);
   try {
-    const overlay = await ensureOverlay(host, attempt, inputs, base);
     const seed = buildNoCloudSeed(seedInputOf(inputs));
-    const seedName = seedVolumeName(inputs.vmName);
-    await host.deleteVolumeNamed(pool, seedName);
-    attempt.creating(seedName);
-    const seedVolume = await host.createVolume(
-      pool,
-      seedName,
-      rawVolumeXml(seedName, seed.image.size),
-    );
+    const [overlay, seedVolume] = await attempt.together([
+      ensureOverlay(host, attempt, inputs, base),
+      freshSeedVolume(host, attempt, inputs.vmName, seed.image.size),
+    ] as const);
     await host.upload(seedVolume, seed.image.toStream(), seed.image.size);
     const mark = createMark(inputs.owner);
     const xml = buildDomainXml({
@@ -246,7 +256,7 @@ async function buildAndDefine(
       cpuMode: effectiveCpuMode(inputs),
       pool: inputs.pool,
       overlayVolume: overlay,
-      seedVolume: seedName,
+      seedVolume: seedVolume.name,
       network: inputs.network,
       mac: macAddressFor(inputs.vmName),
       mark,
@@ -322,6 +332,7 @@ function noted(error: unknown, note: string): Error {
   return new Class(`${original.message}; ${note}`, { cause: original });
 }
 
+/** The VM's disk; one an earlier attempt made is reused (and stays if this attempt fails). */
 async function ensureOverlay(
   host: LibvirtHost,
   attempt: CreateAttempt,
@@ -329,16 +340,32 @@ async function ensureOverlay(
   base: BaseImage,
 ): Promise<string> {
   const name = overlayVolumeName(inputs.vmName);
-  if (await host.findVolume(attempt.pool, name)) return name;
   const capacity = overlayCapacity(inputs.diskGiB, base.virtualBytes);
-  if ("problem" in capacity) throw new PermanentError(capacity.problem);
+  if ("problem" in capacity) {
+    if (await host.findVolume(attempt.pool, name)) return name;
+    throw new PermanentError(capacity.problem);
+  }
+  const xml = overlayVolumeXml(name, capacity.bytes, { path: base.path, format: base.format });
   attempt.creating(name);
-  await host.createVolume(
-    attempt.pool,
-    name,
-    overlayVolumeXml(name, capacity.bytes, { path: base.path, format: base.format }),
-  );
+  if ((await host.createVolumeIfAbsent(attempt.pool, name, xml)) === undefined)
+    attempt.foundExisting(name);
   return name;
+}
+
+/** The seed volume, always new: one an earlier attempt left may hold a cancelled, truncated upload. */
+async function freshSeedVolume(
+  host: LibvirtHost,
+  attempt: CreateAttempt,
+  vmName: string,
+  sizeBytes: number,
+): Promise<StorageVolHandle> {
+  const name = seedVolumeName(vmName);
+  const xml = rawVolumeXml(name, sizeBytes);
+  attempt.creating(name);
+  const made = await host.createVolumeIfAbsent(attempt.pool, name, xml);
+  if (made !== undefined) return made;
+  await host.deleteVolumeNamed(attempt.pool, name);
+  return host.createVolume(attempt.pool, name, xml);
 }
 
 // ---- read / update / delete -----------------------------------------------------------------------

@@ -2,7 +2,7 @@
  * Storage volume XML for the three kinds of volume KvmProxy creates. Sizes
  * are always bytes: a "G" suffix once meant GiB on one host and GB on another.
  */
-import { XMLBuilder } from "fast-xml-parser";
+import { XMLBuilder, XMLParser } from "fast-xml-parser";
 
 const builder = new XMLBuilder({
   ignoreAttributes: false,
@@ -49,6 +49,51 @@ export function overlayVolumeXml(
     },
   });
 }
+
+const parser = new XMLParser({
+  ignoreAttributes: false,
+  attributeNamePrefix: "@_",
+  // Sizes stay text until they become BigInt: a float loses bytes past 2^53.
+  parseTagValue: false,
+  parseAttributeValue: false,
+});
+
+/** What create needs of an existing volume: its size and where it lives on the host. */
+export interface VolumeDescription {
+  capacityBytes: bigint;
+  path: string;
+  /** libvirt's key for the volume (for a directory pool, its path). */
+  key: string;
+}
+
+/**
+ * Reads `storageVolGetXmlDesc`: one call instead of GET_INFO plus GET_PATH.
+ * libvirt writes sizes in bytes; a unit is honoured in case another writer
+ * did not.
+ */
+export function parseVolumeXml(xml: string): VolumeDescription {
+  const volume = (parser.parse(xml) as { volume?: Record<string, unknown> }).volume ?? {};
+  const capacity = volume.capacity as { "#text"?: string; "@_unit"?: string } | string | undefined;
+  const amount = typeof capacity === "string" ? capacity : capacity?.["#text"];
+  const unit = typeof capacity === "object" ? (capacity["@_unit"] ?? "bytes") : "bytes";
+  const path = (volume.target as { path?: unknown } | undefined)?.path;
+  const unitBytes = VOLUME_UNIT_BYTES[unit];
+  if (amount === undefined || !/^\d+$/.test(amount.trim()) || unitBytes === undefined)
+    throw new Error(`volume XML has no capacity in a known unit: ${JSON.stringify(capacity)}`);
+  if (typeof path !== "string" || path.trim() === "")
+    throw new Error("volume XML has no target path");
+  const key = typeof volume.key === "string" && volume.key.trim() !== "" ? volume.key.trim() : path;
+  return { capacityBytes: BigInt(amount.trim()) * unitBytes, path: path.trim(), key: key.trim() };
+}
+
+const VOLUME_UNIT_BYTES: Record<string, bigint> = {
+  b: 1n,
+  bytes: 1n,
+  KiB: 1024n,
+  MiB: 1024n ** 2n,
+  GiB: 1024n ** 3n,
+  TiB: 1024n ** 4n,
+};
 
 export const GIB = 1024n ** 3n;
 

@@ -14,6 +14,8 @@
  *   LibvirtTransportError.
  */
 import type { Duplex, Readable, Writable } from "node:stream";
+import { AcknowledgementNudge } from "./ack-nudge";
+import { CallDeadlines } from "./deadlines";
 import {
   HEADER_BYTES,
   RpcCore,
@@ -89,6 +91,8 @@ export interface ConnectionInfo {
 }
 
 const DEFAULT_TIMEOUT_MS = 60_000;
+/** Packets from this size on are written at once; smaller ones are batched up to it. */
+const WRITE_AT_ONCE_BYTES = 16 * 1024;
 
 /** A plain call waiting for its REPLY. */
 class PendingCall<Ret> implements SerialHandler {
@@ -137,6 +141,13 @@ export class LibvirtConnection {
   private readonly defaultTimeoutMs: number;
   private readonly closeTimeoutMs: number;
   private keepaliveTimer: NodeJS.Timeout | undefined;
+  private readonly deadlines = new CallDeadlines();
+  /** Plain calls whose reply has not come yet (streams not counted). */
+  private callsAwaitingReply = 0;
+  private readonly ackNudge: AcknowledgementNudge;
+  private outbox: Buffer[] = [];
+  private outboxBytes = 0;
+  private flushScheduled = false;
   private lastReceivedAt = Date.now();
   private inboundPausedBy = 0;
   private closed = false;
@@ -147,6 +158,7 @@ export class LibvirtConnection {
     this.lastReceivedAt = Date.now();
     this.core.receive(chunk);
     if (this.core.lost) this.shutdown(this.core.lost);
+    else this.ackNudge.received();
   };
   private readonly onTransportError = (error: Error): void => {
     this.shutdown(
@@ -166,6 +178,15 @@ export class LibvirtConnection {
     this.defaultTimeoutMs = options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
     this.closeTimeoutMs = options.closeTimeoutMs ?? 1000;
     this.core = new RpcCore((packet) => this.write(packet));
+    this.ackNudge = new AcknowledgementNudge(
+      () => {
+        if (this.closed || this.transport.destroyed) return;
+        // At once, not batched: the nudge exists to make a segment leave now.
+        this.flushOutbox();
+        this.writeToTransport(keepalivePacket(KeepaliveProcedure.PONG));
+      },
+      () => this.callsAwaitingReply > 0,
+    );
     transport.on("data", this.onData);
     transport.on("error", this.onTransportError);
     transport.on("end", this.onTransportEnd);
@@ -301,6 +322,7 @@ export class LibvirtConnection {
     return new Promise<Ret>((resolve, reject) => {
       const serial = this.core.allocateSerial();
       let finished = false;
+      let registered = false;
       const stop = this.armDeadline(procedure.name, options, (error) => {
         // Forget the serial: a late reply is dropped, the connection and other calls carry on.
         this.core.release(serial, handler);
@@ -309,6 +331,7 @@ export class LibvirtConnection {
       const settle = (outcome: { ok: true; value: Ret } | { ok: false; error: Error }): void => {
         if (finished) return;
         finished = true;
+        if (registered) this.callsAwaitingReply--;
         stop();
         this.core.release(serial, handler);
         if (outcome.ok) resolve(outcome.value);
@@ -318,6 +341,8 @@ export class LibvirtConnection {
       if (finished) return;
       this.core.register(serial, handler);
       if (finished) return;
+      registered = true;
+      this.callsAwaitingReply++;
       this.write(this.callPacket(procedure, serial, payload));
     });
   }
@@ -438,7 +463,11 @@ export class LibvirtConnection {
     if (this.closed) return;
     this.closed = true;
     if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
+    this.ackNudge.stop();
+    this.outbox = [];
+    this.outboxBytes = 0;
     this.core.connectionLost(reason);
+    this.deadlines.clear();
     this.transport.off("data", this.onData);
     this.transport.off("end", this.onTransportEnd);
     this.transport.off("close", this.onTransportEnd);
@@ -449,9 +478,48 @@ export class LibvirtConnection {
     this.options.onClosed?.(reason);
   }
 
+  /**
+   * Small packets written in one turn of the event loop (a sweep's hundreds of
+   * calls, a create's pipelined look-ups) leave as one transport write: over
+   * SSH every write is an encrypted packet of its own and a TCP segment or
+   * three, which cost more than the call itself. Large packets (stream data)
+   * go at once, after whatever is batched, so order and backpressure hold.
+   */
   private write(packet: Buffer): boolean {
     if (this.closed || this.transport.destroyed) return true;
-    return this.transport.write(packet);
+    if (packet.length >= WRITE_AT_ONCE_BYTES) {
+      this.flushOutbox();
+      return this.writeToTransport(packet);
+    }
+    this.outbox.push(packet);
+    this.outboxBytes += packet.length;
+    if (this.outboxBytes >= WRITE_AT_ONCE_BYTES) this.flushOutbox();
+    else if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      // After the promise jobs of this turn: calls issued from their continuations join the batch.
+      process.nextTick(this.flushScheduledOutbox);
+    }
+    return !this.transport.writableNeedDrain;
+  }
+
+  private readonly flushScheduledOutbox = (): void => {
+    this.flushScheduled = false;
+    this.flushOutbox();
+  };
+
+  private flushOutbox(): void {
+    if (this.outbox.length === 0) return;
+    const batch =
+      this.outbox.length === 1 ? this.outbox[0]! : Buffer.concat(this.outbox, this.outboxBytes);
+    this.outbox = [];
+    this.outboxBytes = 0;
+    if (this.closed || this.transport.destroyed) return;
+    this.writeToTransport(batch);
+  }
+
+  private writeToTransport(bytes: Buffer): boolean {
+    this.ackNudge.wrote();
+    return this.transport.write(bytes);
   }
 
   private callPacket<Args, Ret>(
@@ -472,7 +540,7 @@ export class LibvirtConnection {
     );
   }
 
-  /** Starts the call's deadline timer and signal listener; returns a function that disarms both. */
+  /** Registers the call's deadline and signal listener; returns a function that disarms both. */
   private armDeadline(
     procedureName: string,
     options: CallOptions,
@@ -489,7 +557,7 @@ export class LibvirtConnection {
     const disarm = (): void => {
       if (!armed) return;
       armed = false;
-      clearTimeout(timer);
+      forgetDeadline();
       signal?.removeEventListener("abort", onAbort);
     };
     const onAbort = (): void => {
@@ -501,9 +569,7 @@ export class LibvirtConnection {
       disarm();
       onExpired(new LibvirtTimeoutError(procedureName, timeoutMs));
     };
-    const timer = setTimeout(onTimeout, timeoutMs);
-    // A pending call must not keep the process alive on its own.
-    timer.unref();
+    const forgetDeadline = this.deadlines.add(now + timeoutMs, onTimeout);
     // A deadline already past fails before any reply can be read, not after a timer tick.
     if (timeoutMs === 0) queueMicrotask(onTimeout);
     if (signal?.aborted) queueMicrotask(onAbort);

@@ -40,6 +40,7 @@ const UPLOAD_BYTES = 512 * MIB;
 const UPLOAD_ROUNDS = 3;
 const UPLOAD_2GIB_TIMES = 4;
 const SWEEP_DOMAINS = 500;
+const SWEEP_ROUNDS = 3;
 const MARK_URI = "https://egress-proxies.invalid/bench-mark/v1";
 
 function openOurs(lab: LabEnv): Promise<LibvirtConnection> {
@@ -223,47 +224,62 @@ async function benchMetadataSweep(lab: LabEnv): Promise<void> {
 
     // Ours: connect, list the domains once (as the reaper does), then read every element,
     // all pipelined on one link. virsh has no such shortcut: each `metadata` looks its domain up.
-    let read = 0;
+    // Each side runs SWEEP_ROUNDS times, alternating, and the medians are compared: one sweep of
+    // ours lasts about as long as one SSH login, so a single sample is mostly noise.
     const wanted = new Set(names);
-    const oursMs = await timeMsAsync(async () => {
-      const conn = await openOurs(lab);
-      try {
-        const { domains } = await conn.call(Procedures.connectListAllDomains, {
-          needResults: 1,
-          flags: 0,
-        });
-        const marks = await Promise.all(
-          domains
-            .filter((dom) => wanted.has(dom.name))
-            .map((dom) =>
-              conn.call(Procedures.domainGetMetadata, {
-                dom,
-                type: MetadataType.ELEMENT,
-                uri: MARK_URI,
-                flags: 0,
-              }),
-            ),
-        );
-        read = marks.filter((mark) => mark.includes("bench-")).length;
-      } finally {
-        await conn.close();
-      }
-    });
-    if (read !== SWEEP_DOMAINS) throw new Error(`read ${read} marks, expected ${SWEEP_DOMAINS}`);
+    const sweepOurs = async (): Promise<number> => {
+      let read = 0;
+      const ms = await timeMsAsync(async () => {
+        const conn = await openOurs(lab);
+        try {
+          const { domains } = await conn.call(Procedures.connectListAllDomains, {
+            needResults: 1,
+            flags: 0,
+          });
+          const marks = await Promise.all(
+            domains
+              .filter((dom) => wanted.has(dom.name))
+              .map((dom) =>
+                conn.call(Procedures.domainGetMetadata, {
+                  dom,
+                  type: MetadataType.ELEMENT,
+                  uri: MARK_URI,
+                  flags: 0,
+                }),
+              ),
+          );
+          read = marks.filter((mark) => mark.includes("bench-")).length;
+        } finally {
+          await conn.close();
+        }
+      });
+      if (read !== SWEEP_DOMAINS) throw new Error(`read ${read} marks, expected ${SWEEP_DOMAINS}`);
+      return ms;
+    };
 
     // virsh: one process, one connection, the same 500 commands one after another.
     const commands = names.map((name) => `metadata ${name} ${MARK_URI}`).join(" ; ");
-    let virshOutput = "";
-    const virshMs = await timeMsAsync(async () => {
-      const { stdout } = await run("virsh", ["-q", "-c", virshSshUri(lab), commands], {
-        timeout: 300_000,
-        maxBuffer: 64 * MIB,
+    const sweepVirsh = async (): Promise<number> => {
+      let virshOutput = "";
+      const ms = await timeMsAsync(async () => {
+        const { stdout } = await run("virsh", ["-q", "-c", virshSshUri(lab), commands], {
+          timeout: 300_000,
+          maxBuffer: 64 * MIB,
+        });
+        virshOutput = stdout;
       });
-      virshOutput = stdout;
-    });
-    const virshRead = (virshOutput.match(/bench-\d+/g) ?? []).length;
-    if (virshRead !== SWEEP_DOMAINS)
-      throw new Error(`virsh read ${virshRead} marks, expected ${SWEEP_DOMAINS}`);
+      const virshRead = (virshOutput.match(/bench-\d+/g) ?? []).length;
+      if (virshRead !== SWEEP_DOMAINS)
+        throw new Error(`virsh read ${virshRead} marks, expected ${SWEEP_DOMAINS}`);
+      return ms;
+    };
+    const ours: number[] = [];
+    const virsh: number[] = [];
+    for (let round = 0; round < SWEEP_ROUNDS; round++) {
+      ours.push(await sweepOurs());
+      virsh.push(await sweepVirsh());
+    }
+    const [oursMs, virshMs] = [median(ours), median(virsh)];
 
     printBench("metadata_sweep_500_ours_ms", oursMs);
     printBench("metadata_sweep_500_virsh_ms", virshMs);

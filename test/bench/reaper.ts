@@ -57,8 +57,14 @@ export async function runReaperBenchmarks(): Promise<void> {
   const run = process.pid.toString(36);
   const project = `reap-bench-${run}`;
   const names = Array.from({ length: DOMAINS }, (_, i) => `reap-bench-${run}-${i}`);
+  const setup = await openLocalLibvirt({ socketPath: lab.libvirtSocket }).catch(
+    async (error: unknown) => {
+      await stopWhatThisProcessStarted();
+      throw error;
+    },
+  );
+  // Made only once the lab answers, so a failed connect leaves nothing in /tmp.
   const dir = mkdtempSync(join(tmpdir(), "reaper-bench-"));
-  const setup = await openLocalLibvirt({ socketPath: lab.libvirtSocket });
   try {
     await defineMarkedDomains(setup, lab, names, project);
     const label = `${lab.sshHost}:${lab.sshPort}`;

@@ -23,7 +23,7 @@ import {
 import { describeState } from "../../provider/kvm/host";
 import * as kvm from "../../provider/kvm/provider";
 import { effectiveCpuMode, validateKvmInputs } from "../../provider/kvm/schema";
-import { GIB, overlayCapacity } from "../../provider/kvm/volume-xml";
+import { GIB, overlayCapacity, parseVolumeXml } from "../../provider/kvm/volume-xml";
 
 const owner = { project: "crawl", stack: "prod", resource: "proxy-0" };
 const image = { url: "https://images.example/debian-12.qcow2" };
@@ -313,6 +313,41 @@ describe("volumes and addresses", () => {
     assert.deepEqual(overlayCapacity(10, 2n * GIB), { bytes: 10n * GIB });
     const tooSmall = overlayCapacity(2, 2n * GIB + 1n);
     assert.ok("problem" in tooSmall && /at least 3/.test(tooSmall.problem));
+  });
+
+  it("reads a base image's size and path from its volume XML, exact past 2^53 bytes", () => {
+    const xml = `<volume type='file'>
+  <name>egress-base-x.qcow2</name>
+  <key>/var/lib/libvirt/images/egress-base-x.qcow2</key>
+  <capacity unit='bytes'>9007199254740993</capacity>
+  <allocation unit='bytes'>487653376</allocation>
+  <target>
+    <path>/var/lib/libvirt/images/egress-base-x.qcow2</path>
+    <format type='qcow2'/>
+  </target>
+</volume>`;
+    assert.deepEqual(parseVolumeXml(xml), {
+      capacityBytes: 9007199254740993n,
+      path: "/var/lib/libvirt/images/egress-base-x.qcow2",
+      key: "/var/lib/libvirt/images/egress-base-x.qcow2",
+    });
+    assert.equal(
+      parseVolumeXml(
+        "<volume><capacity unit='GiB'>2</capacity><target><path>/p/a&amp;b</path></target></volume>",
+      ).capacityBytes,
+      2n * GIB,
+    );
+    assert.throws(
+      () => parseVolumeXml("<volume><capacity>2</capacity></volume>"),
+      /no target path/,
+    );
+    assert.throws(
+      () =>
+        parseVolumeXml(
+          "<volume><capacity unit='furlong'>2</capacity><target><path>/p</path></target></volume>",
+        ),
+      /no capacity in a known unit/,
+    );
   });
 
   it("takes the first routable IPv4 of the VM's own NIC only", () => {

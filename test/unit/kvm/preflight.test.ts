@@ -1,4 +1,7 @@
 import assert from "node:assert/strict";
+import { assertHostReady } from "../../../provider/kvm/host-facts";
+import type { LibvirtHost } from "../../../provider/kvm/host";
+import { ListAllFlags } from "../../../provider/libvirt-rpc-xdr";
 import {
   decidePreflight,
   describeFailures,
@@ -330,5 +333,56 @@ describe("parseDomainCapabilities", () => {
   it("falls back to loader paths on libvirt without firmware kinds", () => {
     assert.equal(parseDomainCapabilities(OLD_CAPS).efi, true);
     assert.equal(parseDomainCapabilities(OLD_CAPS.replace(/<value>[^<]*<\/value>/, "")).efi, false);
+  });
+});
+
+describe("preflight gathering", () => {
+  /** A host that answers the preflight's look-ups from lists, recording what it was asked. */
+  function listingHost(has: {
+    activePools: string[];
+    inactivePools: string[];
+    activeNets: string[];
+  }) {
+    const asked: string[] = [];
+    const handle = (name: string) => ({ name, uuid: Buffer.alloc(16, name.length) });
+    const byFlags =
+      (kind: string, active: string[], inactive: string[]) => async (flags: number) => {
+        asked.push(`${kind}:${flags === ListAllFlags.ACTIVE ? "active" : "inactive"}`);
+        return (flags === ListAllFlags.ACTIVE ? active : inactive).map(handle);
+      };
+    const host = {
+      label: "stub",
+      libVersion: async () => 9_000_000,
+      domainCapabilities: async () => DEBIAN_CAPS,
+      pools: byFlags("pools", has.activePools, has.inactivePools),
+      networks: byFlags("networks", has.activeNets, []),
+      hostInterfaces: byFlags("interfaces", [], []),
+      pool: async (name: string) => {
+        asked.push(`lookup:${name}`);
+        return handle(name);
+      },
+    };
+    return { host: host as unknown as LibvirtHost, asked };
+  }
+
+  it("on a ready host lists only active pools and networks, and hands create the pool it listed", async () => {
+    const { host, asked } = listingHost({
+      activePools: ["other", "default"],
+      inactivePools: [],
+      activeNets: ["default"],
+    });
+    const { pool } = await assertHostReady(host, WANTS);
+    assert.equal(pool.name, "default");
+    assert.deepEqual(asked.sort(), ["networks:active", "pools:active"]);
+  });
+
+  it("asks for the inactive ones only when the wanted one is not active, and names them", async () => {
+    const { host, asked } = listingHost({
+      activePools: ["other"],
+      inactivePools: ["default"],
+      activeNets: ["default"],
+    });
+    await assert.rejects(assertHostReady(host, WANTS), /pool "default": defined but not active/);
+    assert.deepEqual(asked.sort(), ["networks:active", "pools:active", "pools:inactive"]);
   });
 });
