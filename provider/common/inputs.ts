@@ -193,3 +193,18 @@ export function containsUnknown(value: unknown): boolean {
     return Object.values(value).some(containsUnknown);
   return false;
 }
+
+/**
+ * The VM lifecycle inputs both VM resources share: `rotation` (any text; a
+ * new value replaces the VM, created before the old one goes; the pool's
+ * `rotate` sets it), `startOnBoot` (libvirt autostart / PVE onboot) and
+ * `running` (a refresh that finds the VM stopped makes the next `up` start it).
+ */
+export const vmLifecycleShape = {
+  rotation: z
+    .string({ error: "rotation must be a string (any text; a new value replaces the VM)" })
+    .max(200, { error: "rotation must be at most 200 characters" })
+    .optional(),
+  startOnBoot: z.boolean({ error: "startOnBoot must be true or false" }).default(true),
+  running: z.boolean({ error: "running must be true or false" }).default(true),
+};

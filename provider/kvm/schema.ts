@@ -9,6 +9,7 @@ import {
   ownerSchema,
   readinessSchema,
   timeoutsSchema,
+  vmLifecycleShape,
   validateWithUnknowns,
   vmNameSchema,
   wholeNumber,
@@ -200,18 +201,7 @@ export const kvmProxyInputsSchema = z
       .string({ error: "networkConfig must be NoCloud network-config text (v1 or v2)" })
       .optional(),
     // Behaviour.
-    /**
-     * Any text; changing it replaces the VM (a new one is created and ready
-     * before the old one is deleted). EgressProxyPool's `rotate` sets it.
-     */
-    rotation: z
-      .string({ error: "rotation must be a string (any text; a new value replaces the VM)" })
-      .max(200, { error: "rotation must be at most 200 characters" })
-      .optional(),
-    /** libvirt autostart: the VM starts when the host's libvirtd does (host boot). */
-    startOnBoot: z.boolean({ error: "startOnBoot must be true or false" }).default(true),
-    /** The VM should be running: a refresh that finds it stopped makes the next `up` start it. */
-    running: z.boolean({ error: "running must be true or false" }).default(true),
+    ...vmLifecycleShape,
     readiness: kvmReadinessSchema.default({ mode: "port", port: 3128 }),
     egressCheck: egressCheckSchema.optional(),
     timeouts: timeoutsSchema.default({ createSeconds: 900, readySeconds: 600, deleteSeconds: 300 }),

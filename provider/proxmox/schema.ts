@@ -6,6 +6,7 @@ import {
   ownerSchema,
   readinessSchema,
   timeoutsSchema,
+  vmLifecycleShape,
   UNKNOWN,
   validateWithUnknowns,
   ValidationResult,
@@ -109,18 +110,7 @@ export const proxmoxProxyInputsSchema = z.strictObject({
   vendorData: z.string({ error: "vendorData must be a string" }).optional(),
   installGuestAgent: z.boolean({ error: "installGuestAgent must be true or false" }).default(true),
   // Behaviour.
-  /**
-   * Any text; changing it replaces the VM (a new one is created and ready
-   * before the old one is deleted). EgressProxyPool's `rotate` sets it.
-   */
-  rotation: z
-    .string({ error: "rotation must be a string (any text; a new value replaces the VM)" })
-    .max(200, { error: "rotation must be at most 200 characters" })
-    .optional(),
-  /** PVE's onboot: the VM starts when the node boots. */
-  startOnBoot: z.boolean({ error: "startOnBoot must be true or false" }).default(true),
-  /** The VM should be running: a refresh that finds it stopped makes the next `up` start it. */
-  running: z.boolean({ error: "running must be true or false" }).default(true),
+  ...vmLifecycleShape,
   readiness: readinessSchema.default({ mode: "port", port: 3128 }),
   egressCheck: egressCheckSchema.optional(),
   timeouts: timeoutsSchema.default({ createSeconds: 900, readySeconds: 600, deleteSeconds: 300 }),
