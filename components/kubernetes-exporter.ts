@@ -13,6 +13,8 @@
  * public registry.
  */
 import * as pulumi from "@pulumi/pulumi";
+import { egressCheckProblems } from "../provider/common/egress";
+import { HOST_PORT, PROXIED_HTTP_URL } from "../provider/common/inputs";
 import { packageVersion } from "../provider/common/version";
 
 export interface CheckExporterArgs {
@@ -53,19 +55,22 @@ export function checkExporterArgsProblems(
 ): string[] {
   if (exporter === undefined) return [];
   const problems: string[] = [];
-  if (typeof exporter.target !== "string" || !/^http:\/\/[^\s/@]+(\/\S*)?$/.test(exporter.target))
+  if (typeof exporter.target !== "string" || !PROXIED_HTTP_URL.test(exporter.target))
     problems.push(
       `${field}.target must be an http:// URL without credentials that every proxy can fetch, e.g. http://example.com/`,
     );
-  if (
-    exporter.connect !== undefined &&
-    !/^(\[[0-9a-fA-F:.]+\]|[^\s:/@[\]]+):\d{1,5}$/.test(exporter.connect)
-  )
+  if (exporter.connect !== undefined && !HOST_PORT.test(exporter.connect))
     problems.push(`${field}.connect must be host:port, e.g. example.com:443`);
   if (exporter.egressField !== undefined && exporter.egressUrl === undefined)
     problems.push(`${field}.egressField needs ${field}.egressUrl`);
-  if (exporter.egressUrl !== undefined && !/^https?:\/\/[^\s/@]+(\/\S*)?$/.test(exporter.egressUrl))
-    problems.push(`${field}.egressUrl must be an http(s):// URL without credentials`);
+  // The rules `check --egress-url` applies: a value it would refuse would crash-loop the pod.
+  if (exporter.egressUrl !== undefined)
+    problems.push(
+      ...egressCheckProblems(
+        { url: exporter.egressUrl, field: exporter.egressField },
+        { url: `${field}.egressUrl`, field: `${field}.egressField` },
+      ),
+    );
   const whole = (value: number | undefined, name: string, min: number, max: number) => {
     if (value !== undefined && (!Number.isInteger(value) || value < min || value > max))
       problems.push(`${field}.${name} must be a whole number from ${min} to ${max}`);

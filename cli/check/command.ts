@@ -9,7 +9,8 @@ import { randomBytes } from "node:crypto";
 import { readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { parseArgs } from "node:util";
-import { egressCheckSchema } from "../../provider/common/egress";
+import { egressCheckProblems } from "../../provider/common/egress";
+import { HOST_PORT, PROXIED_HTTP_URL } from "../../provider/common/inputs";
 import type { ProxyCredentials } from "../../provider/common/proxy-probe";
 import { probeProxy, type ProbePlan, type ProbeResult } from "./probe";
 import {
@@ -171,32 +172,20 @@ function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
   if (values.help) return "help";
   if (values.target === undefined)
     throw new InputError("--target is required: an http:// URL every proxy must fetch");
-  if (!/^http:\/\/[^\s/@]+(\/\S*)?$/.test(values.target))
+  if (!PROXIED_HTTP_URL.test(values.target))
     throw new InputError(
       `--target must be an http:// URL without credentials, e.g. http://example.com/`,
     );
-  if (
-    values.connect !== undefined &&
-    !/^(\[[0-9a-fA-F:.]+\]|[^\s:/@[\]]+):\d{1,5}$/.test(values.connect)
-  )
+  if (values.connect !== undefined && !HOST_PORT.test(values.connect))
     throw new InputError(`--connect must be host:port, e.g. example.com:443`);
   let egress: ProbePlan["egress"];
   if (values["egress-url"] !== undefined) {
-    const parsed = egressCheckSchema.safeParse({
-      url: values["egress-url"],
-      field: values["egress-field"],
-    });
-    if (!parsed.success)
-      throw new InputError(
-        parsed.error.issues
-          .map((issue) =>
-            issue.message
-              .replace("egressCheck.url", "--egress-url")
-              .replace("egressCheck.field", "--egress-field"),
-          )
-          .join("; "),
-      );
-    egress = { url: parsed.data.url, field: parsed.data.field };
+    const problems = egressCheckProblems(
+      { url: values["egress-url"], field: values["egress-field"] },
+      { url: "--egress-url", field: "--egress-field" },
+    );
+    if (problems.length > 0) throw new InputError(problems.join("; "));
+    egress = { url: values["egress-url"], field: values["egress-field"] };
   } else if (values["egress-field"] !== undefined)
     throw new InputError("--egress-field needs --egress-url");
   const timeout = wholeNumber(values.timeout, "--timeout", 1, 600);

@@ -9,7 +9,23 @@ import { isIP } from "node:net";
 import { z } from "zod";
 import { Deadline, sleepWithin } from "./deadline";
 import { PermanentError } from "./errors";
+import { PROXIED_HTTP_URL } from "./inputs";
 import { fetchThroughProxy, type ProxyCredentials, type ProxyProbeResult } from "./proxy-probe";
+
+/**
+ * The problems of an egress check given by other names (a flag, a field of
+ * another argument), each message naming `names.url` / `names.field`.
+ */
+export function egressCheckProblems(
+  check: { url: unknown; field?: unknown },
+  names: { url: string; field: string },
+): string[] {
+  const parsed = egressCheckSchema.safeParse(check);
+  if (parsed.success) return [];
+  return parsed.error.issues.map((issue) =>
+    issue.message.replace("egressCheck.url", names.url).replace("egressCheck.field", names.field),
+  );
+}
 
 /** JSON fields tried in order when `field` is not given (ipify, httpbin, ifconfig.co, ip-api). */
 const DEFAULT_EGRESS_FIELDS = ["ip", "origin", "address", "query"] as const;
@@ -20,7 +36,7 @@ export const egressCheckSchema = z.strictObject({
     .string({
       error: "egressCheck.url must be an http:// URL that answers with the caller's address",
     })
-    .regex(/^http:\/\/[^\s/@]+(\/\S*)?$/, {
+    .regex(PROXIED_HTTP_URL, {
       error:
         'egressCheck.url must be an http:// URL without credentials (the proxy fetches it), e.g. "http://echo.example.net/ip"',
     }),

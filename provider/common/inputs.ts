@@ -5,6 +5,11 @@
 import { z } from "zod";
 import { vmNameProblem } from "./names";
 
+/** An http:// URL fetched through a proxy: no credentials (they would reach the target in clear). */
+export const PROXIED_HTTP_URL = /^http:\/\/[^\s/@]+(\/\S*)?$/;
+/** host:port, an IPv6 address in brackets. */
+export const HOST_PORT = /^(\[[0-9a-fA-F:.]+\]|[^\s:/@[\]]+):\d{1,5}$/;
+
 /** What Pulumi sends for a value not known yet (preview). */
 export const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
 

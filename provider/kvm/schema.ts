@@ -7,6 +7,7 @@ import { z } from "zod";
 import { egressCheckSchema } from "../common/egress";
 import {
   ownerSchema,
+  PROXIED_HTTP_URL,
   readinessSchema,
   timeoutsSchema,
   vmLifecycleShape,
@@ -147,7 +148,7 @@ const kvmReadinessSchema = readinessSchema.extend({
   /** An http:// URL fetched through the proxy once the port answers; a 2xx-3xx status means ready. */
   probeUrl: z
     .string({ error: "readiness.probeUrl must be an http:// URL fetched through the proxy" })
-    .regex(/^http:\/\/[^\s/@]+(\/\S*)?$/, {
+    .regex(PROXIED_HTTP_URL, {
       error:
         'readiness.probeUrl must be an http:// URL without credentials, e.g. "http://example.com/"',
     })
