@@ -2,6 +2,7 @@
  * How the provider reaches libvirtd: over SSH (ssh2, socket forward, known_hosts,
  * keepalives) or the local unix socket, and a per-host connection pool.
  */
+export * from "./address";
 export * from "./errors";
 export * from "./known-hosts";
 export * from "./auth";

@@ -9,6 +9,7 @@
  * gives up stops waiting, the dial carries on for the others.
  */
 import { LibvirtConnection, LibvirtTransportError, type CallOptions } from "../libvirt-rpc-xdr";
+import { hostAndPort } from "./address";
 
 export interface ConnectionPoolOptions<Target> {
   /** Opens a new connection to a target (e.g. openLibvirtOverSsh with dial options bound). */
@@ -206,5 +207,5 @@ export function sshTargetKey(target: {
   socketPath?: string;
   uri?: string;
 }): string {
-  return `${target.username}@${target.host}:${target.port ?? 22}${target.socketPath ?? ""}#${target.uri ?? "qemu:///system"}`;
+  return `${target.username}@${hostAndPort(target.host, target.port ?? 22)}${target.socketPath ?? ""}#${target.uri ?? "qemu:///system"}`;
 }

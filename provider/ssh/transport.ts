@@ -19,6 +19,7 @@ import {
   LibvirtTransportError,
   type ConnectionOptions,
 } from "../libvirt-rpc-xdr";
+import { bareHost, hostAndPort } from "./address";
 import { resolveAuthMethods, type SshCredentials } from "./auth";
 import { cipherOffer, linkAlgorithms, ssh2CryptoFacts, type SshLinkAlgorithms } from "./ciphers";
 import { SshAuthError, SshConfigError, SshConnectError, SshHostKeyError } from "./errors";
@@ -85,10 +86,11 @@ function loadKnownHosts(target: SshTarget): KnownHostEntry[] {
 }
 
 /** Logs in over SSH and returns the ready ssh2 client. */
-export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promise<Client> {
+export function dialSsh(given: SshTarget, options: SshDialOptions = {}): Promise<Client> {
+  const target = { ...given, host: bareHost(given.host) };
   const port = target.port ?? 22;
   const handshakeTimeoutMs = options.handshakeTimeoutMs ?? 20_000;
-  const where = `${target.username}@${target.host}:${port}`;
+  const where = `${target.username}@${hostAndPort(target.host, port)}`;
   let hostKeyError: SshHostKeyError | undefined;
   /** The key types known_hosts pins for this host; empty when unverified or nothing is pinned. */
   let pinned: string[] = [];
@@ -259,8 +261,7 @@ export async function openLibvirtOverSsh(
   target: SshTarget,
   options: SshDialOptions = {},
 ): Promise<LibvirtConnection> {
-  const port = target.port ?? 22;
-  const where = `${target.username}@${target.host}:${port}`;
+  const where = `${target.username}@${hostAndPort(target.host, target.port ?? 22)}`;
   const client = await dialSsh(target, options);
   let connection: LibvirtConnection | undefined;
   const linkLost = (reason: string) => (): void => {
