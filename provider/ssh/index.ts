@@ -9,4 +9,5 @@ export * from "./auth";
 export * from "./local";
 export * from "./transport";
 export * from "./ciphers";
+export * from "./jump";
 export * from "./pool";
