@@ -18,7 +18,8 @@ import { TargetError, targetFromFlags, targetsFromStackConfig, type DoctorTarget
 
 export const DOCTOR_USAGE = `usage: egress-proxies doctor [--fix] [--json] [--timeout 60]
          [--stack <name> [--cwd <dir>] | --config-json <file>]
-         [--host <host> [--port 22] [--user root] [--identity <key file>] [--known-hosts <file>]]
+         [--host <host> [--port 22] [--user root] [--identity <key file>] [--known-hosts <file>]
+                        [--jump [user@]host[:port][,...]]]
          [--socket /var/run/libvirt/libvirt-sock] [--pool default] [--network default | --bridge br0]
          [--firmware uefi|bios] [--domain-type kvm|qemu]
   Without --stack, --config-json or --host: the local libvirt socket with KvmProxy's defaults.
@@ -98,6 +99,7 @@ export async function doctor(argv: string[], output: Output): Promise<number> {
         user: { type: "string" },
         identity: { type: "string" },
         "known-hosts": { type: "string" },
+        jump: { type: "string" },
         "insecure-ignore-host-key": { type: "boolean", default: false },
         socket: { type: "string" },
         pool: { type: "string" },
@@ -143,6 +145,7 @@ export async function doctor(argv: string[], output: Output): Promise<number> {
           user: values.user,
           identity: values.identity,
           knownHosts: values["known-hosts"],
+          jump: values.jump,
           insecureIgnoreHostKey: values["insecure-ignore-host-key"],
           socket: values.socket,
           pool: values.pool,

@@ -67,6 +67,8 @@ export interface HostFlags {
   user?: string;
   identity?: string;
   knownHosts?: string;
+  /** Jump hosts in OpenSSH's -J form; they use --identity and --known-hosts too. */
+  jump?: string;
   insecureIgnoreHostKey?: boolean;
   socket?: string;
   pool?: string;
@@ -88,9 +90,12 @@ function readFlagFile(flag: string, path: string): string {
 export function targetFromFlags(flags: HostFlags): DoctorTarget {
   if (flags.network !== undefined && flags.bridge !== undefined)
     throw new TargetError("give --network or --bridge, not both");
-  if (flags.host === undefined && (flags.port ?? flags.user ?? flags.identity) !== undefined)
+  if (
+    flags.host === undefined &&
+    (flags.port ?? flags.user ?? flags.identity ?? flags.jump) !== undefined
+  )
     throw new TargetError(
-      "--port, --user and --identity need --host (without it the local socket is used)",
+      "--port, --user, --identity and --jump need --host (without it the local socket is used)",
     );
   const connection =
     flags.host === undefined
@@ -105,6 +110,7 @@ export function targetFromFlags(flags: HostFlags): DoctorTarget {
           ...(flags.knownHosts !== undefined
             ? { knownHosts: readFlagFile("--known-hosts", flags.knownHosts) }
             : {}),
+          ...(flags.jump !== undefined ? { proxyJump: flags.jump } : {}),
           ...(flags.insecureIgnoreHostKey ? { insecureIgnoreHostKey: true } : {}),
         };
   const raw = {

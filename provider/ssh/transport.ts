@@ -319,7 +319,8 @@ function forwardSocket(
           new SshConnectError(
             `ssh ${where}: cannot forward ${socketPath}: ${error.message}; ` +
               "is libvirtd running there, is the SSH user allowed to use the socket (root, or in the libvirt group: " +
-              "usermod -aG libvirt <user>, effective from the next login), and does sshd allow AllowStreamLocalForwarding?",
+              "usermod -aG libvirt <user>, effective from the next login), and does its sshd allow socket forwarding " +
+              "(AllowStreamLocalForwarding yes, and AllowTcpForwarding not no or remote: it gates socket forwards too)?",
             { cause: error },
           ),
         );

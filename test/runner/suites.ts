@@ -47,6 +47,7 @@ const LAB_SECONDS: Record<string, number> = {
   "lab/libvirt-local.test.js": 20,
   "lab/kvm-read.test.js": 12,
   "lab/libvirt-ssh.test.js": 12,
+  "lab/ssh-jump.test.js": 16,
 };
 
 /** Quick suites by the seconds they take alone (wall, serial, Node 26, December 2026). */

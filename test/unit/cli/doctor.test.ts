@@ -67,7 +67,12 @@ describe("egress-proxies command line", () => {
   it("rejects contradictory or incomplete doctor flags with the reason (exit 2)", () => {
     for (const [args, reason] of [
       [["--network", "default", "--bridge", "br0"], /give --network or --bridge, not both/],
-      [["--user", "ops"], /--port, --user and --identity need --host/],
+      [["--user", "ops"], /--port, --user, --identity and --jump need --host/],
+      [["--jump", "bastion"], /--port, --user, --identity and --jump need --host/],
+      [
+        ["--host", "kvm1.lan", "--jump", "bad host!"],
+        /connection\.proxyJump is not \[user@\]host\[:port\]/,
+      ],
       [["--timeout", "soon"], /--timeout must be whole seconds/],
       [["--firmware", "coreboot"], /firmware must be "uefi" or "bios"/],
       [
