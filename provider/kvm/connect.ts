@@ -80,6 +80,11 @@ function dialTargetOf(target: HostTarget): DialTarget {
       connection.privateKey ?? configured.privateKey,
       (key) => new SecretValue(key),
     ),
+    // A refused login names where its key came from.
+    privateKeySource:
+      connection.privateKey !== undefined
+        ? "connection.privateKey"
+        : `provider config ${KVM_CONFIG_KEYS.privateKey}`,
     ...optional(
       "passphrase",
       connection.passphrase ?? configured.passphrase,

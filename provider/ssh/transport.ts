@@ -19,7 +19,7 @@ import {
   LibvirtTransportError,
   type ConnectionOptions,
 } from "../libvirt-rpc-xdr";
-import { resolveAuthMethods, type SshCredentials } from "./auth";
+import { resolveAuth, type SshCredentials } from "./auth";
 import { cipherOffer, linkAlgorithms, ssh2CryptoFacts, type SshLinkAlgorithms } from "./ciphers";
 import { SshAuthError, SshConfigError, SshConnectError, SshHostKeyError } from "./errors";
 import {
@@ -92,11 +92,12 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
   let hostKeyError: SshHostKeyError | undefined;
   /** The key types known_hosts pins for this host; empty when unverified or nothing is pinned. */
   let pinned: string[] = [];
+  const auth = resolveAuth(target.username, target);
   const config: ConnectConfig = {
     host: target.host,
     port,
     username: target.username,
-    authHandler: resolveAuthMethods(target.username, target),
+    authHandler: auth.methods,
     readyTimeout: handshakeTimeoutMs,
     keepaliveInterval: options.keepaliveIntervalMs ?? 5000,
     keepaliveCountMax: options.keepaliveCountMax ?? 3,
@@ -153,9 +154,11 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
       return;
     }
     options.signal?.addEventListener("abort", onAbort, { once: true });
-    client.once("handshake", (negotiated) =>
-      options.onHandshake?.(linkAlgorithms(negotiated, cryptoFacts?.nativeBinding ?? null)),
-    );
+    let authenticating = false;
+    client.once("handshake", (negotiated) => {
+      authenticating = true;
+      options.onHandshake?.(linkAlgorithms(negotiated, cryptoFacts?.nativeBinding ?? null));
+    });
     client.once("ready", () => {
       options.onLinkEstablished?.({
         localAddress: link.socket?.localAddress ?? "",
@@ -167,11 +170,15 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
       if (hostKeyError) finish(hostKeyError);
       else if (pinned.length > 0 && isNoCommonHostKeyType(error)) {
         finish(new SshHostKeyError("type-not-offered", target.host, port, "", "", pinned));
-      } else if (error.level === "client-authentication") {
+      } else if (
+        error.level === "client-authentication" ||
+        (authenticating && isRefusedLogin(error))
+      ) {
         finish(
           new SshAuthError(
-            `ssh to ${where}: the host accepted none of the offered credentials; ` +
-              "check the user name and that the key is in the host's authorized_keys",
+            `ssh to ${where}: the host accepted none of the offered credentials ` +
+              `(${auth.offered}); check that ${target.username} is the right user and that ` +
+              `the key's public half is in ${target.username}'s authorized_keys on ${target.host}`,
             { cause: error },
           ),
         );
@@ -200,6 +207,15 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
       client.connect({ ...config, sock: tcp });
     });
   });
+}
+
+/**
+ * sshd ends a login that used up MaxAuthTries with a disconnect ("Too many
+ * authentication failures"), not an auth failure: it is the same "no".
+ * Reason 14 is SSH_DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE (RFC 4253).
+ */
+function isRefusedLogin(error: Error & { code?: unknown }): boolean {
+  return error.code === 14 || /authentication failures|no more auth/i.test(error.message);
 }
 
 function forwardSocket(
