@@ -64,7 +64,7 @@ export function rememberKvmProviderConfig(
 type DialTarget =
   { kind: "local"; socketPath: string } | ({ kind: "ssh"; dialTimeoutMs: number } & SshTarget);
 
-function dialTargetOf(target: HostTarget): DialTarget {
+function dialTargetOf(target: HostTarget, privateKeySource?: string): DialTarget {
   const { connection, socketPath } = target;
   if (connection === undefined) return { kind: "local", socketPath };
   return {
@@ -82,9 +82,10 @@ function dialTargetOf(target: HostTarget): DialTarget {
     ),
     // A refused login names where its key came from.
     privateKeySource:
-      connection.privateKey !== undefined
+      privateKeySource ??
+      (connection.privateKey !== undefined
         ? "connection.privateKey"
-        : `provider config ${KVM_CONFIG_KEYS.privateKey}`,
+        : `provider config ${KVM_CONFIG_KEYS.privateKey}`),
     ...optional(
       "passphrase",
       connection.passphrase ?? configured.passphrase,
@@ -117,9 +118,17 @@ const links = new LibvirtConnectionPool<DialTarget>({
 /** How many links were dialled in this process (tests check that ten creates share one). */
 export const dialCount = (): number => links.dialCount;
 
-export async function openHost(target: HostTarget, deadline: Deadline): Promise<HostSession> {
+/**
+ * `privateKeySource` says where connection.privateKey came from when that is
+ * not a resource input (the doctor's --identity): a refused login names it.
+ */
+export async function openHost(
+  target: HostTarget,
+  deadline: Deadline,
+  { privateKeySource }: { privateKeySource?: string } = {},
+): Promise<HostSession> {
   const label = hostLabel(target.connection);
-  const dialTarget = dialTargetOf(target);
+  const dialTarget = dialTargetOf(target, privateKeySource);
   const linkWithin = (budget: Deadline) => async (): Promise<LibvirtConnection> => {
     try {
       return await links.get(dialTarget, { timeoutMs: budget.capped(60_000) });
