@@ -43,13 +43,6 @@ export interface ResolvedAuth {
   offered: string;
 }
 
-export function resolveAuthMethods(
-  username: string,
-  credentials: SshCredentials = {},
-): AuthMethod[] {
-  return resolveAuth(username, credentials).methods;
-}
-
 /** A parsed key as a person finds it in authorized_keys: its type and fingerprint. */
 function describeKey(key: ReturnType<typeof utils.parseKey>): string {
   if (key instanceof Error) return "";
