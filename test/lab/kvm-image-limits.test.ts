@@ -83,17 +83,40 @@ describe("KvmProxy image downloads and the pool's free space (lab)", function ()
       stdio: ["ignore", "pipe", "pipe"],
     }).toString();
 
+  /**
+   * The volumes of the tiny pool this suite could have made: bases (egress-base-*), and the
+   * VMs' own (limits-*). The runner runs the suites that fill the tiny pool one at a time.
+   */
+  const oursIn = (pool: string): string[] =>
+    volumeNames(pool).filter(
+      (name) => name.startsWith("egress-base-") || name.startsWith("limits-"),
+    );
+
   const volumeNames = (pool: string): string[] =>
     virsh("vol-list", pool)
       .split("\n")
       .map((line) => line.trim().split(/\s+/)[0])
       .filter((name): name is string => Boolean(name));
 
-  async function failedCreate(vmName: string, image: Record<string, unknown>): Promise<Error> {
+  async function sixMiBImage(): Promise<ProxyImage> {
+    const path = join(scratch, "six.qcow2");
+    await run("qemu-img", ["create", "-q", "-f", "qcow2", "-o", "preallocation=full", path, "6M"]);
+    return {
+      path,
+      sha256: createHash("sha256").update(readFileSync(path)).digest("hex"),
+      bytes: statSync(path).size,
+    };
+  }
+
+  async function failedCreate(
+    vmName: string,
+    image: Record<string, unknown>,
+    pool = lab.tinyPool,
+  ): Promise<Error> {
     const raw = {
       owner,
       vmName,
-      pool: lab.tinyPool,
+      pool,
       network: { bridge: lab.bridge },
       domainType: "qemu",
       memoryMiB: 256,
@@ -115,7 +138,7 @@ describe("KvmProxy image downloads and the pool's free space (lab)", function ()
 
   it("refuses an image whose Content-Length exceeds the pool's free space before a byte of it moves", async () => {
     const server = await heldBackImage(2 * lab.tinyPoolMiB * MIB, 3000);
-    const before = volumeNames(lab.tinyPool);
+    const before = oursIn(lab.tinyPool);
     try {
       const sha256 = "0".repeat(64);
       const error = await failedCreate("limits-too-big", { url: server.url, sha256 });
@@ -127,7 +150,7 @@ describe("KvmProxy image downloads and the pool's free space (lab)", function ()
       );
       assert.match(error.message, /nothing was uploaded\. Fix: free space in pool lab-tiny/);
       assert.equal(server.bodyBytesSent(), 0, "the server never sent a body byte");
-      assert.deepEqual(volumeNames(lab.tinyPool), before, "no volume was created");
+      assert.deepEqual(oursIn(lab.tinyPool), before, "no volume was created");
       assert.equal(callsInFlight(), 0);
     } finally {
       await server.close();
@@ -136,7 +159,7 @@ describe("KvmProxy image downloads and the pool's free space (lab)", function ()
 
   it("measures an image of unknown length by image.maxMiB: refused when the cap does not fit, with that fix", async () => {
     const server = await heldBackImage(undefined, 3000);
-    const before = volumeNames(lab.tinyPool);
+    const before = oursIn(lab.tinyPool);
     try {
       const sha256 = "0".repeat(64);
       const error = await failedCreate("limits-unknown", { url: server.url, sha256 });
@@ -147,7 +170,31 @@ describe("KvmProxy image downloads and the pool's free space (lab)", function ()
       );
       assert.match(error.message, /or set image\.maxMiB to the image's size/);
       assert.equal(server.bodyBytesSent(), 0);
-      assert.deepEqual(volumeNames(lab.tinyPool), before);
+      assert.deepEqual(oursIn(lab.tinyPool), before);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it("a body without Content-Length that goes past image.maxMiB is stopped at the cap, and nothing is kept", async () => {
+    const image = await sixMiBImage();
+    const server = await serveImage(image, { chunked: true });
+    const url = `${server.url}?over-the-cap`;
+    const base = baseImageVolumeName({ url, sha256: image.sha256, format: "qcow2" });
+    try {
+      const error = await failedCreate(
+        "limits-cap",
+        { url, sha256: image.sha256, maxMiB: 4 },
+        lab.pool,
+      );
+      console.log(`      error: ${error.message}`);
+      assert.equal(errorClassOf(error), "Permanent", error.message);
+      assert.match(error.message, /sent more than image\.maxMiB allows \(4\.0 MiB\)/);
+      assert.match(error.message, /raise image\.maxMiB \(now 4\)/);
+      // The shared pool: other suites' volumes come and go; this one's base must not be there.
+      const left = volumeNames(lab.pool).filter((name) => name.startsWith(base));
+      assert.deepEqual(left, [], "no base, not even a partial one");
+      assert.equal(callsInFlight(), 0);
     } finally {
       await server.close();
     }
@@ -155,25 +202,19 @@ describe("KvmProxy image downloads and the pool's free space (lab)", function ()
 
   it("an image that fits at the check but not after (the pool fills during the upload) leaves nothing behind", async () => {
     // About 6 MiB of qcow2 for the 8 MiB pool: it fits, until the filler takes the room.
-    const path = join(scratch, "six.qcow2");
-    await run("qemu-img", ["create", "-q", "-f", "qcow2", "-o", "preallocation=full", path, "6M"]);
-    const image: ProxyImage = {
-      path,
-      sha256: createHash("sha256").update(readFileSync(path)).digest("hex"),
-      bytes: statSync(path).size,
-    };
+    const image = await sixMiBImage();
     let url = "";
     const base = () => baseImageVolumeName({ url, sha256: image.sha256, format: "qcow2" });
     const filler = fillPoolOnceVolumeAppears(lab, lab.tinyPool, base, 256 * 1024);
     const server = await serveImage(image, { beforeBody: filler.fill });
     url = `${server.url}?fills-after-check`;
-    const before = volumeNames(lab.tinyPool);
+    const before = oursIn(lab.tinyPool);
     try {
       const error = await failedCreate("limits-fills", { url, sha256: image.sha256 });
       console.log(`      error: ${error.message.split("\n")[0]}`);
       assert.doesNotMatch(error.message, /nothing was uploaded/, "the check let it through");
       await filler.release();
-      assert.deepEqual(volumeNames(lab.tinyPool), before, "not even a half-uploaded base");
+      assert.deepEqual(oursIn(lab.tinyPool), before, "not even a half-uploaded base");
       assert.equal(callsInFlight(), 0);
     } finally {
       await filler.release();
