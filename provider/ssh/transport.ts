@@ -155,6 +155,8 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
     }
     options.signal?.addEventListener("abort", onAbort, { once: true });
     let authenticating = false;
+    /** An agent that cannot be reached or cannot sign: ssh2 says so and goes on with the next key. */
+    let agentProblem: string | undefined;
     client.once("handshake", (negotiated) => {
       authenticating = true;
       options.onHandshake?.(linkAlgorithms(negotiated, cryptoFacts?.nativeBinding ?? null));
@@ -167,6 +169,10 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
       finish();
     });
     client.on("error", (error: Error & { level?: string }) => {
+      if (error.level === "agent") {
+        agentProblem = error.message;
+        return;
+      }
       if (hostKeyError) finish(hostKeyError);
       else if (pinned.length > 0 && isNoCommonHostKeyType(error)) {
         finish(new SshHostKeyError("type-not-offered", target.host, port, "", "", pinned));
@@ -177,7 +183,11 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
         finish(
           new SshAuthError(
             `ssh to ${where}: the host accepted none of the offered credentials ` +
-              `(${auth.offered}); check that ${target.username} is the right user and that ` +
+              `(${auth.offered})` +
+              (agentProblem === undefined
+                ? ""
+                : `; the ssh-agent could not be used (${agentProblem}): is SSH_AUTH_SOCK stale?`) +
+              `; check that ${target.username} is the right user and that ` +
               `the key's public half is in ${target.username}'s authorized_keys on ${target.host}`,
             { cause: error },
           ),

@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { connect, createServer, type AddressInfo, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -18,7 +18,7 @@ import { utils } from "ssh2";
 import { errorClassOf } from "../../provider/common/errors";
 import { closeAllHosts, rememberKvmProviderConfig } from "../../provider/kvm/connect";
 import * as kvm from "../../provider/kvm/provider";
-import { fingerprintOf } from "../../provider/ssh";
+import { dialSsh, fingerprintOf, releaseSshClient, SshAuthError } from "../../provider/ssh";
 import { useLab, type LabEnv } from "./fixture";
 
 const run = promisify(execFile);
@@ -166,6 +166,47 @@ describe("ssh: a host that refuses our key is asked once (lab sshd)", function (
     } finally {
       rememberKvmProviderConfig(undefined);
     }
+  });
+
+  describe("an ssh-agent that cannot be reached (a stale SSH_AUTH_SOCK)", () => {
+    const home = (name: string, key: string | undefined) => {
+      const dir = join(scratch, name);
+      mkdirSync(join(dir, ".ssh"), { recursive: true });
+      if (key !== undefined) copyFileSync(key, join(dir, ".ssh", "id_ed25519"));
+      return dir;
+    };
+    const dial = (homeDirectory: string) =>
+      dialSsh(
+        {
+          host: "127.0.0.1",
+          port: relay.port,
+          username: lab.sshUser,
+          knownHosts,
+          agentSocket: join(scratch, "no-agent-here.sock"),
+          homeDirectory,
+        },
+        { handshakeTimeoutMs: 10_000 },
+      );
+
+    it("is passed over: the login goes on with ~/.ssh/id_ed25519", async () => {
+      const client = await dial(home("home-good", lab.clientKey));
+      releaseSshClient(client);
+    });
+
+    it("and no key after it is accepted: one login, an auth error that names the agent's problem", async () => {
+      const before = relay.connections();
+      const error = await failure(dial(home("home-stranger", join(scratch, "stranger"))));
+      assert.equal(relay.connections() - before, 1, "exactly one SSH connection");
+      assert.ok(error instanceof SshAuthError, `${error.name}: ${error.message}`);
+      assert.match(
+        error.message,
+        /the keys of the ssh-agent at .*no-agent-here\.sock, then .*id_ed25519/,
+      );
+      assert.match(
+        error.message,
+        /the ssh-agent could not be used \(.*\): is SSH_AUTH_SOCK stale\?/,
+      );
+    });
   });
 
   describe("an ssh-agent offering more keys than MaxAuthTries", () => {
