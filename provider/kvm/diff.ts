@@ -17,6 +17,7 @@ export const KVM_CHANGE_TABLE: ChangeTableOf<KvmProxyInputs, "connection" | "ima
   "connection.insecureIgnoreHostKey": "update",
   "connection.agentSocket": "update",
   "connection.dialTimeoutSeconds": "update",
+  "connection.proxyJump": "update",
   socketPath: "update",
   pool: "replace",
   network: "replace",
