@@ -136,10 +136,10 @@ export class LibvirtHost {
     return pool;
   }
 
-  /** The pool's free space as libvirt last measured it (`virsh pool-info`'s Available). */
-  async poolAvailableBytes(pool: StoragePoolHandle): Promise<bigint> {
+  /** The pool's size and free space as libvirt last measured them (`virsh pool-info`). */
+  async poolSpace(pool: StoragePoolHandle): Promise<{ capacity: bigint; available: bigint }> {
     const info = await this.rpc(Procedures.storagePoolGetInfo, { pool }, `pool ${pool.name}`);
-    return BigInt(info.available);
+    return { capacity: BigInt(info.capacity), available: BigInt(info.available) };
   }
 
   findVolume(pool: StoragePoolHandle, name: string): Promise<StorageVolHandle | undefined> {

@@ -188,12 +188,16 @@ async function requireRoomFor(
   download: ImageDownload,
 ): Promise<void> {
   const { host, pool, image } = options;
-  const refusal = async () =>
-    poolTooSmall(image.url, download.contentLength, image.maxMiB, {
+  const refusal = async () => {
+    const space = await host.poolSpace(pool);
+    // A pool type that reports no size at all (capacity 0) cannot be judged: the upload will tell.
+    if (space.capacity === 0n) return undefined;
+    return poolTooSmall(image.url, download.contentLength, image.maxMiB, {
       pool: pool.name,
       host: host.label,
-      availableBytes: await host.poolAvailableBytes(pool),
+      availableBytes: space.available,
     });
+  };
   if ((await refusal()) === undefined) return;
   // One try: a pool busy with another upload is not worth waiting for to say no.
   await host.refreshPool(pool, { once: true }).catch(() => undefined);
