@@ -70,7 +70,9 @@ async function examine(
 ): Promise<HostReport> {
   const deadline = Deadline.afterSeconds(timeoutSeconds, "--timeout");
   try {
-    const { host } = await openHost(target.connectTo, deadline);
+    const { host } = await openHost(target.connectTo, deadline, {
+      privateKeySource: target.privateKeySource,
+    });
     let findings = await runPreflight(host, target.wants, { autostart: true });
     const fixed = fix ? await applySafeFixes(host, findings) : [];
     if (fixed.length > 0) findings = await runPreflight(host, target.wants, { autostart: true });

@@ -26,6 +26,8 @@ export interface DoctorTarget {
   inputPrefix: string;
   connectTo: Pick<KvmProxyInputs, "connection" | "socketPath">;
   wants: PreflightWants;
+  /** Where connection.privateKey came from, for a refused login's message. */
+  privateKeySource?: string;
 }
 
 export class TargetError extends Error {
@@ -58,6 +60,7 @@ function targetOf(name: string, inputPrefix: string, raw: unknown): DoctorTarget
     inputPrefix,
     connectTo: { connection, socketPath },
     wants: { pool, network, firmware, domainType },
+    privateKeySource: `${inputPrefix}connection.privateKey (or ${CONFIG_NAMESPACE}:kvmPrivateKey)`,
   };
 }
 
@@ -123,7 +126,11 @@ export function targetFromFlags(flags: HostFlags): DoctorTarget {
     ...(flags.domainType !== undefined ? { domainType: flags.domainType } : {}),
   };
   const target = targetOf("", "", raw);
-  return { ...target, name: target.label };
+  return {
+    ...target,
+    name: target.label,
+    privateKeySource: flags.identity !== undefined ? `--identity ${flags.identity}` : undefined,
+  };
 }
 
 /** One entry of `pulumi config --json`: structured values come as objectValue, the rest as text. */

@@ -66,9 +66,15 @@ export function rememberKvmProviderConfig(
 type DialTarget =
   { kind: "local"; socketPath: string } | ({ kind: "ssh"; dialTimeoutMs: number } & SshTarget);
 
-function dialTargetOf(target: HostTarget): DialTarget {
+function dialTargetOf(target: HostTarget, privateKeySource?: string): DialTarget {
   const { connection, socketPath } = target;
   if (connection === undefined) return { kind: "local", socketPath };
+  // A refused login names where its key came from.
+  const keySource =
+    privateKeySource ??
+    (connection.privateKey !== undefined
+      ? "connection.privateKey"
+      : `provider config ${KVM_CONFIG_KEYS.privateKey}`);
   const inherited = {
     privateKey: connection.privateKey ?? configured.privateKey,
     passphrase: connection.passphrase ?? configured.passphrase,
@@ -84,9 +90,10 @@ function dialTargetOf(target: HostTarget): DialTarget {
     dialTimeoutMs: connection.dialTimeoutSeconds * 1000,
     insecureSkipHostKeyVerification: connection.insecureIgnoreHostKey,
     ...sshLoginOf(inherited),
+    ...(inherited.privateKey === undefined ? {} : { privateKeySource: keySource }),
     ...(connection.proxyJump === undefined
       ? {}
-      : { jumps: jumpHostsOf(connection.proxyJump, connection.user, inherited) }),
+      : { jumps: jumpHostsOf(connection.proxyJump, connection.user, inherited, keySource) }),
   };
 }
 
@@ -116,6 +123,7 @@ function jumpHostsOf(
   proxyJump: NonNullable<Connection["proxyJump"]>,
   user: string,
   inherited: LoginSettings,
+  inheritedKeySource: string,
 ): SshHop[] {
   const hops: JumpHostInput[] = proxyJump.flatMap((item) =>
     typeof item !== "string"
@@ -132,12 +140,17 @@ function jumpHostsOf(
     const credentials: LoginSettings = ownCredentials
       ? { privateKey: hop.privateKey, passphrase: hop.passphrase, agentSocket: hop.agentSocket }
       : inherited;
+    // A hop with a key of its own is one of proxyJump's objects (the one-line form carries none).
+    const keySource = ownCredentials
+      ? `connection.proxyJump[${proxyJump.indexOf(hop)}].privateKey`
+      : inheritedKeySource;
     return {
       host: hop.host,
       port: hop.port,
       username: hop.user ?? user,
       insecureSkipHostKeyVerification: hop.insecureIgnoreHostKey,
       ...sshLoginOf({ ...credentials, knownHosts: hop.knownHosts ?? inherited.knownHosts }),
+      ...(credentials.privateKey === undefined ? {} : { privateKeySource: keySource }),
     };
   });
 }
@@ -164,9 +177,17 @@ const links = new LibvirtConnectionPool<DialTarget>({
 /** How many links were dialled in this process (tests check that ten creates share one). */
 export const dialCount = (): number => links.dialCount;
 
-export async function openHost(target: HostTarget, deadline: Deadline): Promise<HostSession> {
+/**
+ * `privateKeySource` says where connection.privateKey came from when that is
+ * not a resource input (the doctor's --identity): a refused login names it.
+ */
+export async function openHost(
+  target: HostTarget,
+  deadline: Deadline,
+  { privateKeySource }: { privateKeySource?: string } = {},
+): Promise<HostSession> {
   const label = hostLabel(target.connection);
-  const dialTarget = dialTargetOf(target);
+  const dialTarget = dialTargetOf(target, privateKeySource);
   const linkWithin = (budget: Deadline) => async (): Promise<LibvirtConnection> => {
     try {
       return await links.get(dialTarget, { timeoutMs: budget.capped(60_000) });

@@ -1,12 +1,13 @@
 /**
  * KvmProxy's decision table. Anything about the VM itself (host, image,
  * machine, disk, firmware, network, cloud-init) replaces; how we reach the
- * host (credentials), readiness and timeouts update in place.
+ * host (credentials), the image download's size cap, readiness and timeouts
+ * update in place.
  */
 import type { ChangeTableOf } from "../common/diff";
 import type { KvmProxyInputs } from "./schema";
 
-export const KVM_CHANGE_TABLE: ChangeTableOf<KvmProxyInputs, "connection"> = {
+export const KVM_CHANGE_TABLE: ChangeTableOf<KvmProxyInputs, "connection" | "image"> = {
   "connection.host": "replace",
   "connection.port": "replace",
   "connection.user": "update",
@@ -27,7 +28,11 @@ export const KVM_CHANGE_TABLE: ChangeTableOf<KvmProxyInputs, "connection"> = {
   firmware: "replace",
   domainType: "replace",
   cpuMode: "replace",
-  image: "replace",
+  "image.url": "replace",
+  "image.sha256": "replace",
+  "image.format": "replace",
+  // Only how large a download may be: the VM's image is the same.
+  "image.maxMiB": "update",
   userData: "replace",
   userDataBase64: "replace",
   vendorData: "replace",

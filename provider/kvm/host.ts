@@ -136,6 +136,12 @@ export class LibvirtHost {
     return pool;
   }
 
+  /** The pool's size and free space as libvirt last measured them (`virsh pool-info`). */
+  async poolSpace(pool: StoragePoolHandle): Promise<{ capacity: bigint; available: bigint }> {
+    const info = await this.rpc(Procedures.storagePoolGetInfo, { pool }, `pool ${pool.name}`);
+    return { capacity: BigInt(info.capacity), available: BigInt(info.available) };
+  }
+
   findVolume(pool: StoragePoolHandle, name: string): Promise<StorageVolHandle | undefined> {
     return this.orUndefined(() =>
       this.rpc(Procedures.storageVolLookupByName, { pool, name }, `volume ${name}`),
@@ -235,15 +241,16 @@ export class LibvirtHost {
   /**
    * Makes libvirt re-read the pool (after an upload: the qcow2 virtual size).
    * libvirt refreshes in the background after an upload and refuses a second
-   * refresh meanwhile ("asynchronous jobs running"), so that one is retried.
+   * refresh meanwhile ("asynchronous jobs running"), so that one is retried
+   * (unless `once`: then that failure is thrown at once).
    */
-  async refreshPool(pool: StoragePoolHandle): Promise<void> {
+  async refreshPool(pool: StoragePoolHandle, { once = false } = {}): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
         await this.rpc(Procedures.storagePoolRefresh, { pool, flags: 0 }, `pool ${pool.name}`);
         return;
       } catch (error) {
-        if (!isTransient(error) || this.deadline.remainingMs() < 1000) throw error;
+        if (once || !isTransient(error) || this.deadline.remainingMs() < 1000) throw error;
         await new Promise((resolve) => setTimeout(resolve, Math.min(250 * attempt, 2000)));
       }
     }

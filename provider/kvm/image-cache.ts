@@ -10,7 +10,9 @@
  * - a base that has a marker is never replaced: live overlays back onto it;
  * - a base without a marker is an upload in progress (another process) while
  *   its allocation grows, and a leftover of a dead upload once it stops
- *   growing: only then is it removed and fetched again.
+ *   growing: only then is it removed and fetched again;
+ * - a download that cannot fit in the pool (its Content-Length, or
+ *   image.maxMiB when it has none) is refused before its volume exists.
  */
 import type { Deadline } from "../common/deadline";
 import { PermanentError, TransientError } from "../common/errors";
@@ -18,7 +20,8 @@ import { redactUrl } from "../common/redact";
 import type { StoragePoolHandle, StorageVolHandle } from "../libvirt-rpc-xdr";
 import { outcomeUnknown } from "./classify";
 import type { LibvirtHost } from "./host";
-import { openImageDownload, type ImageDownloadProgress } from "./image-source";
+import { poolTooSmall } from "./image-limits";
+import { openImageDownload, type ImageDownload, type ImageDownloadProgress } from "./image-source";
 import { baseImageMarkerName, baseImageVolumeName } from "./naming";
 import { baseImageVolumeXml, rawVolumeXml, type VolumeDescription } from "./volume-xml";
 import { Readable } from "node:stream";
@@ -27,6 +30,8 @@ export interface ImageSpec {
   url: string;
   sha256?: string;
   format: "qcow2" | "raw";
+  /** The most a download may bring; DEFAULT_IMAGE_MAX_MIB when unset. */
+  maxMiB?: number;
 }
 
 export interface BaseImage {
@@ -131,12 +136,19 @@ async function downloadInto(
   // Opened before any volume exists: a refused redirect or an error answer leaves nothing to clean.
   const download = await openImageDownload(image.url, {
     idleTimeoutMs: options.downloadIdleTimeoutMs ?? 60_000,
+    maxMiB: image.maxMiB,
     onProgress: (progress) => {
       if (Date.now() - lastLogged < 5000 && progress.bytes !== progress.totalBytes) return;
       lastLogged = Date.now();
       options.log(describeProgress(name, progress));
     },
   });
+  try {
+    await requireRoomFor(options, download);
+  } catch (error) {
+    download.abort(error instanceof Error ? error : new Error(String(error)));
+    throw error;
+  }
   let handle: StorageVolHandle | undefined;
   try {
     handle = await host.createVolume(
@@ -162,6 +174,35 @@ async function downloadInto(
       await cleanup.deleteVolumeNamed(pool, name).catch(() => undefined);
     throw error;
   }
+}
+
+/**
+ * Refuses a download the pool cannot hold, while only its headers have
+ * arrived. libvirt's figure is from its last look at the pool; when it says
+ * "too small", the pool is looked at again before refusing, so space freed
+ * since (outside libvirt) is not held against the download. A figure that is
+ * too generous is caught by the upload itself (the pool fills: nothing kept).
+ */
+async function requireRoomFor(
+  options: EnsureBaseImageOptions,
+  download: ImageDownload,
+): Promise<void> {
+  const { host, pool, image } = options;
+  const refusal = async () => {
+    const space = await host.poolSpace(pool);
+    // A pool type that reports no size at all (capacity 0) cannot be judged: the upload will tell.
+    if (space.capacity === 0n) return undefined;
+    return poolTooSmall(image.url, download.contentLength, image.maxMiB, {
+      pool: pool.name,
+      host: host.label,
+      availableBytes: space.available,
+    });
+  };
+  if ((await refusal()) === undefined) return;
+  // One try: a pool busy with another upload is not worth waiting for to say no.
+  await host.refreshPool(pool, { once: true }).catch(() => undefined);
+  const error = await refusal();
+  if (error !== undefined) throw error;
 }
 
 async function writeMarker(

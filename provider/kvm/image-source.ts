@@ -1,7 +1,8 @@
 /**
  * Streams a cloud image from its URL: no HEAD (many image servers refuse
  * it), Content-Length used when present and not required, the sha256 and
- * byte count computed on the way, progress reported. Nothing is buffered
+ * byte count computed on the way, progress reported, image.maxMiB enforced
+ * (on the announced length, and on the bytes as they come). Nothing is buffered
  * whole: a 500 MiB image passes through in chunks. Redirects are followed
  * here, hop by hop, under the policy in image-source-policy.ts; the
  * connections go only to addresses that policy checked (pinned-agent.ts).
@@ -12,6 +13,7 @@ import { request, type Dispatcher } from "undici";
 import { EgressProxyError, TransientError } from "../common/errors";
 import { redactUrl, safeErrorMessage } from "../common/redact";
 import { classifyImageFetchError, classifyImageHttpStatus } from "./classify";
+import { announcedOverCap, imageMaxBytes, streamedOverCap } from "./image-limits";
 import { redirectTarget, systemLookup, vetHost, type HostLookup } from "./image-source-policy";
 import { createPinnedAgent, type PinnedAgent } from "./pinned-agent";
 
@@ -44,6 +46,8 @@ export interface ImageDownloadOptions {
   progressIntervalMs?: number;
   /** How host names become addresses; the system resolver unless a test injects one. */
   lookup?: HostLookup;
+  /** image.maxMiB: the most this download may bring; default DEFAULT_IMAGE_MAX_MIB. */
+  maxMiB?: number;
 }
 
 class HashingCounter extends Transform {
@@ -56,11 +60,15 @@ class HashingCounter extends Transform {
     private readonly totalBytes: number | undefined,
     private readonly onProgress: ImageDownloadOptions["onProgress"],
     private readonly intervalMs: number,
+    private readonly maxBytes: number,
+    private readonly overCap: () => Error,
   ) {
     super();
   }
 
   override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
+    // Not one byte past the cap goes on to the volume.
+    if (this.bytes + chunk.length > this.maxBytes) return callback(this.overCap());
     this.hash.update(chunk);
     this.bytes += chunk.length;
     this.report(false);
@@ -122,10 +130,18 @@ export async function openImageDownload(
     typeof lengthHeader === "string" && /^\d+$/.test(lengthHeader)
       ? Number(lengthHeader)
       : undefined;
+  const tooLarge =
+    contentLength === undefined ? undefined : announcedOverCap(url, contentLength, options.maxMiB);
+  if (tooLarge !== undefined) {
+    release();
+    throw tooLarge;
+  }
   const counter = new HashingCounter(
     contentLength,
     options.onProgress,
     options.progressIntervalMs ?? 2000,
+    imageMaxBytes(options.maxMiB),
+    () => streamedOverCap(url, options.maxMiB),
   );
   const finished = new Promise<{ sha256: string; bytes: number }>((resolve, reject) => {
     counter.on("end", () => {

@@ -107,7 +107,10 @@ export async function openKvmSession(config: KvmDialTarget): Promise<KvmSession>
               username: ssh.user,
               socketPath: config.socketPath,
               ...(ssh.privateKeyFile !== undefined
-                ? { privateKey: new SecretValue(readFileSync(ssh.privateKeyFile, "utf8")) }
+                ? {
+                    privateKey: new SecretValue(readFileSync(ssh.privateKeyFile, "utf8")),
+                    privateKeySource: `ssh.privateKeyFile ${ssh.privateKeyFile}`,
+                  }
                 : {}),
               ...(ssh.passphraseEnv !== undefined && process.env[ssh.passphraseEnv] !== undefined
                 ? { passphrase: new SecretValue(process.env[ssh.passphraseEnv]!) }

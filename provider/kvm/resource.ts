@@ -72,11 +72,16 @@ export interface KvmProxyArgs {
   cpuMode?: pulumi.Input<
     "host-passthrough" | "host-model" | "maximum" | { model: pulumi.Input<string> }
   >;
-  /** The cloud image: https URL (http needs sha256), optional sha256, qcow2 (default) or raw. */
+  /**
+   * The cloud image: https URL (http needs sha256), optional sha256, qcow2
+   * (default) or raw, and maxMiB, the most its download may bring (default
+   * 8192; a download that cannot fit in the pool is refused before it starts).
+   */
   image: pulumi.Input<{
     url: pulumi.Input<string>;
     sha256?: pulumi.Input<string>;
     format?: pulumi.Input<"qcow2" | "raw">;
+    maxMiB?: pulumi.Input<number>;
   }>;
   /** cloud-init user-data, any format, byte for byte; stored as a secret. */
   userData?: pulumi.Input<string>;

@@ -163,6 +163,12 @@ const imageSchema = z
     format: z
       .enum(["qcow2", "raw"], { error: 'image.format must be "qcow2" or "raw"' })
       .default("qcow2"),
+    /**
+     * The most the download may bring, in MiB; DEFAULT_IMAGE_MAX_MIB (8 GiB)
+     * when unset. No default here: state written before this input existed
+     * must compare equal to a program that does not set it.
+     */
+    maxMiB: wholeNumber("image.maxMiB", 1, 1_048_576, 8192).optional(),
   })
   .refine((image) => !image.url.startsWith("http:") || image.sha256 !== undefined, {
     error:

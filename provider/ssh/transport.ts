@@ -20,7 +20,7 @@ import {
   type ConnectionOptions,
 } from "../libvirt-rpc-xdr";
 import { bareHost, hostAndPort } from "./address";
-import { resolveAuthMethods } from "./auth";
+import { resolveAuth } from "./auth";
 import { describeHop, type SshHop } from "./jump";
 import { cipherOffer, linkAlgorithms, ssh2CryptoFacts, type SshLinkAlgorithms } from "./ciphers";
 import { SshAuthError, SshConfigError, SshConnectError, SshHostKeyError } from "./errors";
@@ -175,11 +175,12 @@ function dialOneHop(given: SshHop, options: SshDialOptions, sock?: ClientChannel
   let hostKeyError: SshHostKeyError | undefined;
   /** The key types known_hosts pins for this host; empty when unverified or nothing is pinned. */
   let pinned: string[] = [];
+  const auth = resolveAuth(target.username, target);
   const config: ConnectConfig = {
     host: target.host,
     port,
     username: target.username,
-    authHandler: resolveAuthMethods(target.username, target),
+    authHandler: auth.methods,
     readyTimeout: handshakeTimeoutMs,
     keepaliveInterval: options.keepaliveIntervalMs ?? 5000,
     keepaliveCountMax: options.keepaliveCountMax ?? 3,
@@ -237,9 +238,13 @@ function dialOneHop(given: SshHop, options: SshDialOptions, sock?: ClientChannel
       return;
     }
     options.signal?.addEventListener("abort", onAbort, { once: true });
-    client.once("handshake", (negotiated) =>
-      options.onHandshake?.(linkAlgorithms(negotiated, cryptoFacts?.nativeBinding ?? null)),
-    );
+    let authenticating = false;
+    /** An agent that cannot be reached or cannot sign: ssh2 says so and goes on with the next key. */
+    let agentProblem: string | undefined;
+    client.once("handshake", (negotiated) => {
+      authenticating = true;
+      options.onHandshake?.(linkAlgorithms(negotiated, cryptoFacts?.nativeBinding ?? null));
+    });
     client.once("ready", () => {
       options.onLinkEstablished?.({
         localAddress: link.socket?.localAddress ?? "",
@@ -248,14 +253,26 @@ function dialOneHop(given: SshHop, options: SshDialOptions, sock?: ClientChannel
       finish();
     });
     client.on("error", (error: Error & { level?: string }) => {
+      if (error.level === "agent") {
+        agentProblem = error.message;
+        return;
+      }
       if (hostKeyError) finish(hostKeyError);
       else if (pinned.length > 0 && isNoCommonHostKeyType(error)) {
         finish(new SshHostKeyError("type-not-offered", target.host, port, "", "", pinned));
-      } else if (error.level === "client-authentication") {
+      } else if (
+        error.level === "client-authentication" ||
+        (authenticating && isRefusedLogin(error))
+      ) {
         finish(
           new SshAuthError(
-            `ssh to ${where}: the host accepted none of the offered credentials; ` +
-              "check the user name and that the key is in the host's authorized_keys",
+            `ssh to ${where}: the host accepted none of the offered credentials ` +
+              `(${auth.offered})` +
+              (agentProblem === undefined
+                ? ""
+                : `; the ssh-agent could not be used (${agentProblem}): is SSH_AUTH_SOCK stale?`) +
+              `; check that ${target.username} is the right user and that ` +
+              `the key's public half is in ${target.username}'s authorized_keys on ${target.host}`,
             { cause: error },
           ),
         );
@@ -288,6 +305,15 @@ function dialOneHop(given: SshHop, options: SshDialOptions, sock?: ClientChannel
       client.connect({ ...config, sock: tcp });
     });
   });
+}
+
+/**
+ * sshd ends a login that used up MaxAuthTries with a disconnect ("Too many
+ * authentication failures"), not an auth failure: it is the same "no".
+ * Reason 14 is SSH_DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE (RFC 4253).
+ */
+function isRefusedLogin(error: Error & { code?: unknown }): boolean {
+  return error.code === 14 || /authentication failures|no more auth/i.test(error.message);
 }
 
 function forwardSocket(

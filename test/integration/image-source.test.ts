@@ -98,6 +98,50 @@ describe("image download over HTTP", function () {
     assert.equal((await moved.digest()).sha256, imageSha256);
   });
 
+  it("refuses an announced length over image.maxMiB before reading the body, naming the input", async () => {
+    const error = await openImageDownload(`${base}/sized.qcow2`, {
+      idleTimeoutMs: 5000,
+      maxMiB: 3,
+    }).then(
+      () => assert.fail("expected a refusal"),
+      (failure: Error) => failure,
+    );
+    assert.equal(errorClassOf(error), "Permanent");
+    assert.match(
+      error.message,
+      /is 3\.0 MiB \(Content-Length\), more than image\.maxMiB allows \(3\.0 MiB\)/,
+    );
+    assert.match(error.message, /raise image\.maxMiB \(now 3\)/);
+  });
+
+  it("stops a chunked body at image.maxMiB: not one byte past the cap comes through", async () => {
+    const download = await openImageDownload(`${base}/chunked.qcow2`, {
+      idleTimeoutMs: 5000,
+      maxMiB: 2,
+    });
+    let received = 0;
+    const error = await (async () => {
+      for await (const chunk of download.body) received += (chunk as Buffer).length;
+    })().then(
+      () => assert.fail("expected the body to fail"),
+      (failure: Error) => failure,
+    );
+    assert.equal(errorClassOf(error), "Permanent");
+    assert.match(error.message, /sent more than image\.maxMiB allows \(2\.0 MiB\)/);
+    assert.ok(received <= 2 * 1024 * 1024, `${received} bytes came through`);
+    await assert.rejects(
+      download.digest(),
+      (failure: Error) => errorClassOf(failure) === "Permanent",
+    );
+    // A cap the image fits under changes nothing.
+    const fits = await openImageDownload(`${base}/chunked.qcow2`, {
+      idleTimeoutMs: 5000,
+      maxMiB: 4,
+    });
+    await drain(fits.body);
+    assert.equal((await fits.digest()).sha256, imageSha256);
+  });
+
   it("classifies 404 as NotFound and 503 as Transient, naming the field", async () => {
     await assert.rejects(
       openImageDownload(`${base}/missing`, { idleTimeoutMs: 5000 }),

@@ -36,6 +36,7 @@ import * as kvm from "../../provider/kvm/provider";
 import { useLab, type LabEnv } from "./fixture";
 import {
   ensureProxyImage,
+  fillPoolOnceVolumeAppears,
   labConnection,
   serveImage,
   type ProxyImage,
@@ -281,15 +282,39 @@ describe("KvmProxy create never leaks (failures made for real in the lab)", func
 
   it("a pool that fills up while the base image uploads: nothing is left in it", async () => {
     const vmName = "noleak-fullbase";
-    const news = await checked(request(vmName, { pool: lab.tinyPool }));
-    const tinyBefore = volumeNames(lab.tinyPool);
-    const before = hostView();
-    show("before", before);
-    const error = await failedCreate(news);
-    console.log(`      error : ${error.name}: ${error.message.split("\n")[0]}`);
-    assertHoldsWhatStateRecords(before, error, vmName, lab.tinyPool);
-    assert.ok(!(error instanceof PartialCreateError), "nothing of the VM was made");
-    assert.deepEqual(volumeNames(lab.tinyPool), tinyBefore, "not even a half-uploaded base");
+    // An image larger than the pool's free space is refused before the upload (image-limits.ts):
+    // this one (about 6 MiB) fits at that check, and the pool is filled behind its back once
+    // the base volume exists, so the upload runs out of room midway, for real.
+    const path = join(scratch, "fits-at-check.qcow2");
+    await run("qemu-img", ["create", "-q", "-f", "qcow2", "-o", "preallocation=full", path, "6M"]);
+    const fitting: ProxyImage = {
+      path,
+      sha256: createHash("sha256").update(readFileSync(path)).digest("hex"),
+      bytes: statSync(path).size,
+    };
+    let url = "";
+    const base = () => baseImageVolumeName({ url, sha256: fitting.sha256, format: "qcow2" });
+    const filler = fillPoolOnceVolumeAppears(lab, lab.tinyPool, base, 256 * 1024);
+    const server = await serveImage(fitting, { beforeBody: filler.fill });
+    url = server.url;
+    try {
+      const news = await checked(
+        request(vmName, { pool: lab.tinyPool, image: { url, sha256: fitting.sha256 } }),
+      );
+      const tinyBefore = volumeNames(lab.tinyPool);
+      const before = hostView();
+      show("before", before);
+      const error = await failedCreate(news);
+      console.log(`      error : ${error.name}: ${error.message.split("\n")[0]}`);
+      await filler.release();
+      assertHoldsWhatStateRecords(before, error, vmName, lab.tinyPool);
+      assert.ok(!(error instanceof PartialCreateError), "nothing of the VM was made");
+      assert.doesNotMatch(error.message, /nothing was uploaded/, "the free-space check let it in");
+      assert.deepEqual(volumeNames(lab.tinyPool), tinyBefore, "not even a half-uploaded base");
+    } finally {
+      await filler.release();
+      await server.close();
+    }
   });
 
   it("a pool that fills up at the seed: the overlay this attempt made is removed too", async () => {

@@ -83,10 +83,15 @@ function closer(server: Server): () => Promise<void> {
     });
 }
 
-/** Serves the image on loopback like a mirror: GET only (HEAD refused), with or without Content-Length. */
+/**
+ * Serves the image on loopback like a mirror: GET only (HEAD refused), with or
+ * without Content-Length. `beforeBody` runs once the headers are out and
+ * before the first body byte: the client has then seen the length, and
+ * decided what it decides before reading (e.g. whether the pool has room).
+ */
 export async function serveImage(
   image: ProxyImage,
-  options: { chunked?: boolean } = {},
+  options: { chunked?: boolean; beforeBody?: () => Promise<void> } = {},
 ): Promise<RunningServer> {
   const requests: RunningServer["requests"] = [];
   const server = createServer((req, res) => {
@@ -100,7 +105,11 @@ export async function serveImage(
         ? { "content-type": "application/octet-stream" }
         : { "content-length": image.bytes },
     );
-    createReadStream(image.path).pipe(res);
+    res.flushHeaders();
+    void (options.beforeBody?.() ?? Promise.resolve()).then(
+      () => createReadStream(image.path).pipe(res),
+      () => res.destroy(),
+    );
   });
   const base = await listen(server, "127.0.0.1");
   return { url: `${base}/debian-proxy-base.qcow2`, requests, close: closer(server) };
@@ -151,4 +160,46 @@ export async function removeCachedBaseImage(
       .catch(() => undefined);
     if (vol) await inspector.call(Procedures.storageVolDelete, { vol, flags: 0 });
   }
+}
+
+/**
+ * Fills `pool` once a volume named `volume` appears in it (the base an image
+ * download is about to upload into: the download passed its free-space check),
+ * so that less than `leaveBytes` stays free: the upload then runs out of room
+ * for real, midway. `release` removes the filler.
+ */
+export function fillPoolOnceVolumeAppears(
+  lab: LabEnv,
+  pool: string,
+  volume: () => string,
+  leaveBytes: number,
+): { fill: () => Promise<void>; release: () => Promise<void> } {
+  const filler = `egress-test-filler-${process.pid}`;
+  const virsh = (...args: string[]) => run("virsh", ["-q", "-c", lab.uri, ...args]);
+  return {
+    fill: async () => {
+      for (let waited = 0; ; waited += 100) {
+        const { stdout } = await virsh("vol-list", pool);
+        if (stdout.split("\n").some((line) => line.trim().split(/\s+/)[0] === volume())) break;
+        if (waited > 60_000) throw new Error(`${volume()} never appeared in pool ${pool}`);
+        await new Promise((done) => setTimeout(done, 100));
+      }
+      // No pool-refresh: libvirt refuses one while the upload's stream is open. Its figure may be
+      // a little behind the file system, so a filler that does not fit is tried smaller.
+      const { stdout } = await virsh("pool-info", "--bytes", pool);
+      const available = Number(/Available:\s+(\d+)/.exec(stdout)?.[1]);
+      for (let size = available - leaveBytes; ; size -= 64 * 1024) {
+        if (size < 64 * 1024) throw new Error(`no filler fits in pool ${pool}`);
+        try {
+          await virsh("vol-create-as", pool, filler, String(size), "--allocation", String(size));
+          return;
+        } catch {
+          await virsh("vol-delete", "--pool", pool, filler).catch(() => undefined);
+        }
+      }
+    },
+    release: async () => {
+      await virsh("vol-delete", "--pool", pool, filler).catch(() => undefined);
+    },
+  };
 }

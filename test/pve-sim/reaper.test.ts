@@ -229,8 +229,11 @@ describe("reaper against the Proxmox simulator", function () {
     const cfg = config(sim, [{ checkpointFile: stateFile([]) }]);
     const tokenFile = join(workDir, "token");
     writeFileSync(tokenFile, "automation@pve!egress=stale-secret-0000\n");
+    const requestsBefore = sim.requestLog.length;
     const result = await sweep(cfg);
     assert.equal(result.status, EXIT.incomplete);
+    // The refused listing is the only request: no retry, no second look.
+    assert.deepEqual(sim.requestLog.slice(requestsBefore), ["GET /api2/json/cluster/resources"]);
     const problem = result.report.backends[0]!.problem ?? "";
     assert.ok(
       problem.includes(`API token automation@pve!egress (from apiTokenFile ${tokenFile})`),

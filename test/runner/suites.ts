@@ -46,6 +46,8 @@ const LAB_SECONDS: Record<string, number> = {
   "lab/kvm-no-leak.test.js": 85,
   "lab/libvirt-local.test.js": 20,
   "lab/kvm-read.test.js": 12,
+  "lab/kvm-image-limits.test.js": 3,
+  "lab/ssh-auth-refused.test.js": 3,
   "lab/libvirt-ssh.test.js": 12,
   "lab/ssh-jump.test.js": 16,
 };

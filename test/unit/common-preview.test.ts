@@ -79,6 +79,7 @@ const kvmInputs: fc.Arbitrary<Props> = fc
           url: fc.constantFrom("https://i.example/a.qcow2", "https://i.example/b.img"),
           sha256: fc.constant("AB".repeat(32)),
           format: fc.constantFrom("qcow2", "raw"),
+          maxMiB: fc.integer({ min: 1, max: 16384 }),
         },
         { requiredKeys: ["url"] },
       ),

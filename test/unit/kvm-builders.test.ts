@@ -171,6 +171,38 @@ describe("KvmProxy diff and naming decisions", () => {
     });
   });
 
+  it("replaces for another image, and updates in place for image.maxMiB (a download limit, not the VM)", () => {
+    const withImage = (changes: Record<string, unknown>) => ({
+      ...base,
+      image: { ...base.image, ...changes },
+    });
+    assert.deepEqual(
+      decideDiff(KVM_CHANGE_TABLE, base, withImage({ url: "https://other.example/i.qcow2" }))
+        .replaces,
+      ["image.url"],
+    );
+    assert.deepEqual(decideDiff(KVM_CHANGE_TABLE, base, withImage({ format: "raw" })).replaces, [
+      "image.format",
+    ]);
+    assert.deepEqual(decideDiff(KVM_CHANGE_TABLE, base, withImage({ maxMiB: 4096 })), {
+      changes: true,
+      replaces: [],
+      deleteBeforeReplace: false,
+    });
+  });
+
+  it("leaves image.maxMiB unset when the program does not set it, so older state compares equal", async () => {
+    const program = { image, owner: { ...owner, resource: "proxy-0" } };
+    const { inputs, failures } = await kvm.check({}, program);
+    assert.deepEqual(failures, []);
+    assert.equal((inputs.image as Record<string, unknown>).maxMiB, undefined);
+    const refused = await kvm.check({}, { ...program, image: { ...image, maxMiB: 0 } });
+    assert.match(
+      refused.failures.map((failure) => failure.reason).join(),
+      /image\.maxMiB must be at least 1/,
+    );
+  });
+
   it("deletes before replacing only when the user fixed the name", () => {
     const fixed = { ...base, vmNameChosenBy: "user" };
     assert.equal(

@@ -271,6 +271,8 @@ describe("doctor targets", () => {
       });
       assert.equal(target.label, "kvm1.lan");
       assert.equal(target.connectTo.connection?.user, "ops");
+      // A refused login names the flag the key came from, not a resource input.
+      assert.equal(target.privateKeySource, `--identity ${keyFile}`);
       assert.match(
         target.connectTo.connection?.privateKey ?? "",
         /^-----BEGIN OPENSSH PRIVATE KEY-----/,

@@ -354,6 +354,23 @@ describe("root program: stack config", () => {
     assert.deepEqual(problems, [
       "egress-proxies:pool.kvmImage.sha256 must be 64 hex characters (the output of sha256sum)",
     ]);
+    const capped = (maxMiB: unknown) =>
+      poolArgsFromStackConfig({
+        pool: {
+          count: 1,
+          backends: [{ name: "a", kvm: {} }],
+          kvmImage: { url: "https://mirror.lan/debian.qcow2", maxMiB },
+        },
+      });
+    const accepted = capped(4096);
+    assert.ok(accepted.ok);
+    assert.deepEqual(accepted.args.kvmImage, {
+      url: "https://mirror.lan/debian.qcow2",
+      maxMiB: 4096,
+    });
+    const refused = capped(0);
+    assert.ok(!refused.ok);
+    assert.deepEqual(refused.problems, ["egress-proxies:pool.kvmImage.maxMiB must be at least 1"]);
   });
 
   it("finds the keys a schema knows at a path, through optional, default, pipe, union and array", () => {
