@@ -12,6 +12,8 @@ import {
   closeAllKvmLinks,
   deleteLeftover,
   kvmResourceIdOf,
+  openKvmSession as openKvmSessionAt,
+  type KvmDialTarget,
   type KvmSession,
 } from "../provider/kvm/leftovers";
 import { remove as removeKvmProxy } from "../provider/kvm/provider";
@@ -20,9 +22,7 @@ import type { PlanEntry } from "./plan";
 
 export {
   backingPathOf,
-  labelOf,
   listKvmBackend,
-  openKvmSession,
   sessionOver,
   volumeTime,
   type KvmListOptions,
@@ -36,6 +36,18 @@ const DELETE_BUDGET_MS = 180_000;
 const ownerSchema = z.strictObject({
   project: z.string().min(1, { error: "project must not be empty" }),
   stack: z.string().min(1, { error: "stack must not be empty" }),
+});
+
+/** A jump host with its own login, files named as for the host itself. */
+const jumpHostSchema = z.strictObject({
+  host: z.string().min(1, { error: "proxyJump[].host must be the jump host's name or address" }),
+  port: z.number().int().min(1).max(65535).default(22),
+  user: z.string().min(1).optional(),
+  privateKeyFile: z.string().optional(),
+  passphraseEnv: z.string().optional(),
+  knownHostsFile: z.string().optional(),
+  insecureIgnoreHostKey: z.boolean().default(false),
+  agentSocket: z.string().optional(),
 });
 
 /** One KVM host in the reaper config (`kvm: [...]`). */
@@ -58,6 +70,13 @@ export const kvmBackendSchema = z.strictObject({
       insecureIgnoreHostKey: z.boolean().default(false),
       agentSocket: z.string().optional(),
       dialTimeoutSeconds: z.number().int().min(1).max(600).default(15),
+      /**
+       * Jump hosts, like KvmProxy's connection.proxyJump: OpenSSH's one-line
+       * form, or a list of that text and hops with files of their own.
+       */
+      proxyJump: z
+        .union([z.string().min(1), z.array(z.union([z.string().min(1), jumpHostSchema])).min(1)])
+        .optional(),
     })
     .optional(),
   socketPath: z.string().default("/var/run/libvirt/libvirt-sock"),
@@ -114,10 +133,11 @@ async function deleteDomainEntry(
     createdAt: mark.createdAt,
     timeouts: { deleteSeconds: DELETE_BUDGET_MS / 1000 },
   };
-  const outcome = await removeKvmProxy(kvmResourceIdOf(config, item.name), props);
+  const id = kvmResourceIdOf(kvmDialTargetOf(config), item.name);
+  const outcome = await removeKvmProxy(id, props);
   let removed = outcome === "removed";
   for (const pool of otherPools) {
-    const more = await removeKvmProxy(kvmResourceIdOf(config, item.name), {
+    const more = await removeKvmProxy(id, {
       ...props,
       pool,
     });
@@ -126,10 +146,18 @@ async function deleteDomainEntry(
   return removed ? "removed" : "already gone";
 }
 
-/** The host as KvmProxy's inputs spell it; key, passphrase and known_hosts read from where the config says. */
-function kvmTargetOf(config: KvmBackendConfig): Record<string, unknown> {
+/**
+ * The host as KvmProxy's inputs spell it, key, passphrase and known_hosts
+ * read from where the config says: the one translation of the reaper's SSH
+ * settings, used for the listing's link and for KvmProxy's delete alike.
+ */
+function kvmTargetOf(config: KvmBackendConfig): {
+  socketPath: string;
+  connection?: Record<string, unknown>;
+} {
   const ssh = config.connection;
   if (ssh === undefined) return { socketPath: config.socketPath };
+  const { proxyJump } = ssh;
   return {
     socketPath: config.socketPath,
     connection: {
@@ -138,19 +166,60 @@ function kvmTargetOf(config: KvmBackendConfig): Record<string, unknown> {
       user: ssh.user,
       insecureIgnoreHostKey: ssh.insecureIgnoreHostKey,
       dialTimeoutSeconds: ssh.dialTimeoutSeconds,
-      ...(ssh.privateKeyFile !== undefined
-        ? { privateKey: readFileSync(ssh.privateKeyFile, "utf8") }
-        : {}),
-      ...(ssh.passphraseEnv !== undefined && process.env[ssh.passphraseEnv] !== undefined
-        ? { passphrase: process.env[ssh.passphraseEnv] }
-        : {}),
-      ...(ssh.knownHostsFile !== undefined
-        ? { knownHosts: readFileSync(ssh.knownHostsFile, "utf8") }
-        : {}),
-      ...(ssh.agentSocket !== undefined ? { agentSocket: ssh.agentSocket } : {}),
+      ...loginFromFiles(ssh),
+      ...(proxyJump === undefined
+        ? {}
+        : {
+            proxyJump: (typeof proxyJump === "string" ? [proxyJump] : proxyJump).map((hop) =>
+              typeof hop === "string"
+                ? hop
+                : {
+                    host: hop.host,
+                    port: hop.port,
+                    insecureIgnoreHostKey: hop.insecureIgnoreHostKey,
+                    ...(hop.user === undefined ? {} : { user: hop.user }),
+                    ...loginFromFiles(hop),
+                  },
+            ),
+          }),
     },
   };
 }
+
+/** Key, passphrase and known_hosts as KvmProxy takes them: the texts, read from the files named. */
+function loginFromFiles(ssh: {
+  privateKeyFile?: string | undefined;
+  passphraseEnv?: string | undefined;
+  knownHostsFile?: string | undefined;
+  agentSocket?: string | undefined;
+}): Record<string, string> {
+  return {
+    ...(ssh.privateKeyFile !== undefined
+      ? { privateKey: readFileSync(ssh.privateKeyFile, "utf8") }
+      : {}),
+    ...(ssh.passphraseEnv !== undefined && process.env[ssh.passphraseEnv] !== undefined
+      ? { passphrase: process.env[ssh.passphraseEnv]! }
+      : {}),
+    ...(ssh.knownHostsFile !== undefined
+      ? { knownHosts: readFileSync(ssh.knownHostsFile, "utf8") }
+      : {}),
+    ...(ssh.agentSocket !== undefined ? { agentSocket: ssh.agentSocket } : {}),
+  };
+}
+
+/** The reaper's backend config as the leftovers module dials it. */
+export function kvmDialTargetOf(config: KvmBackendConfig): KvmDialTarget {
+  const keyFile = config.connection?.privateKeyFile;
+  return {
+    ...kvmTargetOf(config),
+    ...(config.label === undefined ? {} : { label: config.label }),
+    ...(keyFile === undefined ? {} : { privateKeySource: `ssh.privateKeyFile ${keyFile}` }),
+  };
+}
+
+/** The host's link for the listing: KvmProxy's pooled one, which the deletes after it use too. */
+export const openKvmSession = (config: KvmBackendConfig): Promise<KvmSession> =>
+  openKvmSessionAt(kvmDialTargetOf(config));
 
 /** The links KvmProxy's delete opened, closed after the run. */
 export const closeKvmLinks = (): Promise<void> => closeAllKvmLinks();

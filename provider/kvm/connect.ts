@@ -205,6 +205,26 @@ export async function openHost(
   };
 }
 
+/**
+ * The pooled link itself, for the reaper's listing: the same link KvmProxy's
+ * delete then uses, so a sweep holds one link per host. Not closed by the
+ * caller: closeAllHosts ends it after the run.
+ */
+export async function openPooledLink(
+  target: HostTarget,
+  timeoutMs: number,
+  { privateKeySource }: { privateKeySource?: string } = {},
+): Promise<LibvirtConnection> {
+  try {
+    return await links.get(dialTargetOf(target, privateKeySource), { timeoutMs });
+  } catch (error) {
+    throw classifyLibvirtError(error, {
+      operation: "connect",
+      resource: hostLabel(target.connection),
+    });
+  }
+}
+
 /** Calls in flight on this process's links (tests check that a failed create leaves none). */
 export const callsInFlight = (): number => links.callsInFlight;
 

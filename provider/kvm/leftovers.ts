@@ -6,23 +6,21 @@
  * deletes nothing on this host (reaper/plan.ts). A domain is deleted through
  * KvmProxy's own delete (provider.ts `remove`), not here.
  */
-import { readFileSync } from "node:fs";
 import { Deadline } from "../common/deadline";
 import { isNotFound, PermanentError } from "../common/errors";
 import type { BackendListing, ItemOwnership, ListedItem } from "../common/leftovers";
 import type { DeleteOutcome } from "../common/lifecycle";
 import type { MarkReading, OwnerIdentity } from "../common/mark";
-import { SecretValue } from "../common/redact";
 import {
   Procedures,
   type LibvirtConnection,
   type StoragePoolHandle,
   type StorageVolHandle,
 } from "../libvirt-rpc-xdr";
-import { openLibvirtOverSsh, openLocalLibvirt } from "../ssh";
 import { classifyLibvirtError } from "./classify";
-import { closeAllHosts } from "./connect";
+import { closeAllHosts, openPooledLink } from "./connect";
 import { LibvirtHost } from "./host";
+import { connectionSchema, type KvmProxyInputs } from "./schema";
 import {
   BASE_IMAGE_PREFIX,
   baseImageMarkerName,
@@ -31,23 +29,15 @@ import {
   vmNameOfVolume,
 } from "./naming";
 
-/** How to reach the host: SSH with key, passphrase and known_hosts read from where the caller says, or a local socket. */
+/** Where the host is, in KvmProxy's own connection inputs (defaults not yet applied), and how ids name it. */
 export interface KvmDialTarget {
   /** How KvmProxy ids name this host; default hostLabel's rule. */
   label?: string;
-  connection?: {
-    host: string;
-    port: number;
-    user: string;
-    privateKeyFile?: string;
-    /** Name of an environment variable holding the key's passphrase. */
-    passphraseEnv?: string;
-    knownHostsFile?: string;
-    insecureIgnoreHostKey: boolean;
-    agentSocket?: string;
-    dialTimeoutSeconds: number;
-  };
+  /** KvmProxy's `connection` input; without it the local socket. */
+  connection?: Record<string, unknown>;
   socketPath: string;
+  /** Where connection.privateKey came from, for a refused login's message (e.g. `ssh.privateKeyFile <path>`). */
+  privateKeySource?: string;
 }
 
 /** What to list on the host, and under which backend name. */
@@ -89,42 +79,33 @@ const IN_FLIGHT = 128;
 const INACTIVE_DOMAIN_ID = -1;
 
 export function labelOf(config: KvmDialTarget): string {
-  return config.label ?? hostLabel(config.connection);
+  return config.label ?? hostLabel(hostTargetOf(config).connection);
 }
 
+/** The connection as KvmProxy reads it, defaults applied; a bad one is refused before any dial. */
+function hostTargetOf(config: KvmDialTarget): Pick<KvmProxyInputs, "connection" | "socketPath"> {
+  if (config.connection === undefined) return { socketPath: config.socketPath };
+  const parsed = connectionSchema.safeParse(config.connection);
+  if (!parsed.success)
+    throw new PermanentError(
+      parsed.error.issues.map((issue) => issue.message).join("; ") || "connection is not valid",
+    );
+  return { connection: parsed.data, socketPath: config.socketPath };
+}
+
+/**
+ * The host's link from KvmProxy's own pool (provider/kvm/connect.ts): the
+ * listing and the deletes after it share it, one link per host for the whole
+ * run, ended by closeAllKvmLinks.
+ */
 export async function openKvmSession(config: KvmDialTarget): Promise<KvmSession> {
   const label = labelOf(config);
-  const { connection: ssh } = config;
-  let connection: LibvirtConnection;
-  try {
-    connection =
-      ssh === undefined
-        ? await openLocalLibvirt({ socketPath: config.socketPath })
-        : await openLibvirtOverSsh(
-            {
-              host: ssh.host,
-              port: ssh.port,
-              username: ssh.user,
-              socketPath: config.socketPath,
-              ...(ssh.privateKeyFile !== undefined
-                ? {
-                    privateKey: new SecretValue(readFileSync(ssh.privateKeyFile, "utf8")),
-                    privateKeySource: `ssh.privateKeyFile ${ssh.privateKeyFile}`,
-                  }
-                : {}),
-              ...(ssh.passphraseEnv !== undefined && process.env[ssh.passphraseEnv] !== undefined
-                ? { passphrase: new SecretValue(process.env[ssh.passphraseEnv]!) }
-                : {}),
-              ...(ssh.knownHostsFile !== undefined ? { knownHostsFile: ssh.knownHostsFile } : {}),
-              ...(ssh.agentSocket !== undefined ? { agentSocket: ssh.agentSocket } : {}),
-              insecureSkipHostKeyVerification: ssh.insecureIgnoreHostKey,
-            },
-            { handshakeTimeoutMs: ssh.dialTimeoutSeconds * 1000 },
-          );
-  } catch (error) {
-    throw classifyLibvirtError(error, { operation: "connect", resource: label });
-  }
-  return sessionOver(connection, label);
+  const target = hostTargetOf(config);
+  const timeoutMs = (target.connection?.dialTimeoutSeconds ?? 15) * 1000;
+  const connection = await openPooledLink(target, timeoutMs, {
+    ...(config.privateKeySource === undefined ? {} : { privateKeySource: config.privateKeySource }),
+  });
+  return { ...sessionOver(connection, label), close: async () => undefined };
 }
 
 /** A session over a link someone else dialled (tests use it to hold the link's server side). */

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 import { ConfigError, parseConfig } from "../../../reaper/config";
+import { kvmDialTargetOf } from "../../../reaper/kvm";
 import { parseState, readStates, StateReadError } from "../../../reaper/states";
 
 const urn = (stack: string, project: string, name: string) =>
@@ -114,6 +115,65 @@ describe("reaper states and config", () => {
       (error: Error) =>
         /exited with status 4/.test(error.message) && !error.message.includes("SECRET123"),
     );
+  });
+
+  it("takes jump hosts for a KVM host and gives them to KvmProxy's connection with their files read", () => {
+    const dir = mkdtempSync(join(tmpdir(), "reaper-jump-"));
+    try {
+      writeFileSync(
+        join(dir, "hop_key"),
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nhop\n-----END OPENSSH PRIVATE KEY-----\n",
+      );
+      writeFileSync(join(dir, "hop_known_hosts"), "bastion ssh-ed25519 AAAA\n");
+      const config = parseConfig({
+        states: [{ checkpointFile: "/x.json" }],
+        kvm: [
+          {
+            name: "kvm1",
+            connection: {
+              host: "10.0.0.5",
+              proxyJump: [
+                "ops@jump1:2222",
+                {
+                  host: "bastion",
+                  privateKeyFile: join(dir, "hop_key"),
+                  knownHostsFile: join(dir, "hop_known_hosts"),
+                },
+              ],
+            },
+            pools: ["default"],
+          },
+        ],
+      });
+      const target = kvmDialTargetOf(config.kvm[0]!);
+      assert.deepEqual(target.connection?.proxyJump, [
+        "ops@jump1:2222",
+        {
+          host: "bastion",
+          port: 22,
+          insecureIgnoreHostKey: false,
+          privateKey:
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nhop\n-----END OPENSSH PRIVATE KEY-----\n",
+          knownHosts: "bastion ssh-ed25519 AAAA\n",
+        },
+      ]);
+      assert.throws(
+        () =>
+          parseConfig({
+            states: [{ checkpointFile: "/x.json" }],
+            kvm: [
+              {
+                name: "k",
+                pools: ["p"],
+                connection: { host: "h", proxyJump: [{ hostname: "x" }] },
+              },
+            ],
+          }),
+        ConfigError,
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("validates the config with field paths and fixes", () => {

@@ -16,7 +16,7 @@ import { errorClassOf } from "../../../provider/common/errors";
 import { closeAllHosts, openHost } from "../../../provider/kvm/connect";
 import * as kvm from "../../../provider/kvm/provider";
 import { kvmResourceId } from "../../../provider/kvm/naming";
-import { openKvmSession } from "../../../provider/kvm/leftovers";
+import { openKvmSession } from "../../../reaper/kvm";
 import { publicLine, rejectionOf } from "../../support/rejection";
 
 describe("ssh: a host that refuses the credentials is asked once", function () {
@@ -143,6 +143,8 @@ describe("ssh: a host that refuses the credentials is asked once", function () {
       writeFileSync(join(dir, "known_hosts"), knownHosts);
       const reaper = await rejectionOf(
         openKvmSession({
+          name: "kvm1",
+          pools: ["default"],
           socketPath: "/var/run/libvirt/libvirt-sock",
           connection: {
             host: "127.0.0.1",
