@@ -37,6 +37,26 @@ describe("root program: stack config", () => {
     assert.deepEqual(result.args.backends, DEFAULT_POOL_CONFIG.backends);
   });
 
+  it("passes a KVM backend's jump hosts to KvmProxy, and names a bad one under its config key", () => {
+    const withJump = (proxyJump: unknown): RawStackConfig => ({
+      pool: {
+        count: 1,
+        backends: [{ name: "kvm1", kvm: { connection: { host: "10.0.0.5", proxyJump } } }],
+      },
+    });
+    const result = poolArgsFromStackConfig(withJump("admin@bastion.example:22"));
+    assert.ok(result.ok, JSON.stringify(result));
+    const kvm = result.args.backends[0] as unknown as {
+      kvm: { connection: Record<string, unknown> };
+    };
+    assert.equal(kvm.kvm.connection.proxyJump, "admin@bastion.example:22");
+    assert.ok(
+      problemsOf(withJump("bad host!")).some((problem) =>
+        /pool\.backends\[0\]\.kvm\.connection\.proxyJump/.test(problem),
+      ),
+    );
+  });
+
   it("builds pool arguments from a full config, the secret key going to every KVM connection", () => {
     const result = poolArgsFromStackConfig({
       pool: {
