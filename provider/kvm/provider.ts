@@ -29,12 +29,19 @@ import {
 import { logToEngine } from "../common/engine-log";
 import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
+import {
+  ReplaceOnNextUpError,
+  replacementReason,
+  withRepairReplacement,
+  withReplacementReason,
+} from "../common/replacement";
 import { safeErrorMessage } from "../common/redact";
 import type { DomainHandle, StoragePoolHandle, StorageVolHandle } from "../libvirt-rpc-xdr";
 import { buildNoCloudSeed } from "../nocloud";
 import { lookUpAddress } from "./addresses";
 import { openHost, rememberKvmProviderConfig, type HostSession } from "./connect";
 import { CreateAttempt } from "./create-attempt";
+import { domainGoneReason, missingVolumes, missingVolumesReason, perVmVolumesLeft } from "./damage";
 import { KVM_CHANGE_TABLE } from "./diff";
 import { buildDomainXml, parseDomainXml, type DomainDescription } from "./domain-xml";
 import { assertHostReady } from "./host-facts";
@@ -50,7 +57,7 @@ import {
 } from "./naming";
 import { observedInputs } from "./observed";
 import { anyInPlaceChange, inPlaceChanges, stopDomain, type InPlaceChanges } from "./power";
-import { waitForReadiness } from "./ready";
+import { readyAfterRestart, waitForReadiness } from "./ready";
 import {
   effectiveCpuMode,
   kvmProxyInputsSchema,
@@ -109,7 +116,7 @@ export async function diff(
   olds: Props,
   news: Props,
 ): Promise<pulumi.dynamic.DiffResult> {
-  const decision = decideDiff(KVM_CHANGE_TABLE, olds, news);
+  const decision = withRepairReplacement(decideDiff(KVM_CHANGE_TABLE, olds, news), olds);
   return {
     changes: decision.changes,
     replaces: decision.replaces,
@@ -401,24 +408,20 @@ async function readWithin(
       `id ${JSON.stringify(id)} names host ${idHost}, but the connection reaches ${session.label}; pass the connection of that host or use the id hosts/${session.label}/domains/${vmName}`,
     );
   const handle = await findDomainOf(session.host, props, vmName);
-  if (handle === undefined)
-    // Gone: Pulumi drops it from state. A partial create recorded before its domain existed stays
-    // while its volumes do, so a refresh never turns them into leftovers that state does not name.
-    return isIncompleteCreate(props) && (await perVmVolumesRemain(session, target.pool, vmName))
-      ? { id, props }
-      : {};
+  if (handle === undefined) return goneDomain(session, id, props, target.pool, vmName);
   const description = parseDomainXml(await session.host.definedXml(handle));
   const what = `domain ${description.name} on ${session.label}`;
   const mark = requireOurs(description.mark, target, what, adopting);
   // Independent questions: asked together, one round trip.
-  const [diskBytes, { state }, autostart] = await Promise.all([
+  const [diskBytes, { state }, autostart, missing] = await Promise.all([
     diskCapacityOf(session.host, description),
     session.host.state(handle),
     session.host.autostart(handle),
+    missingVolumes(session.host, description),
   ]);
   const mac = description.mac ?? macAddressFor(description.name);
   const ip = await currentAddress(session.host, handle, state, mac, props.ip);
-  const outputs: Props = {
+  const observed: Props = {
     ...observedInputs(inputsOnly(props, OUTPUT_KEYS), {
       description,
       diskBytes,
@@ -434,6 +437,11 @@ async function readWithin(
     createdAt: mark.createdAt,
     libvirtUuid: uuidText(handle.uuid),
   };
+  // A disk or seed gone replaces the VM; a reason an earlier update recorded stays until then.
+  const outputs = withReplacementReason(
+    observed,
+    missing.length > 0 ? missingVolumesReason(missing) : replacementReason(props),
+  );
   return {
     id: kvmResourceId(session.label, description.name),
     props: plain(outputs),
@@ -479,16 +487,28 @@ async function diskCapacityOf(
   return volume ? (await host.volumeInfo(volume)).capacity : undefined;
 }
 
-async function perVmVolumesRemain(
+/**
+ * The domain is gone. With nothing of it left, Pulumi drops it from state and
+ * the next `up` creates it again. Volumes left behind keep it in state, so a
+ * refresh never turns them into leftovers that state does not name: a partial
+ * create as it was (destroy removes them), a complete one marked for
+ * replacement (whose delete removes them before the new VM is made).
+ */
+async function goneDomain(
   session: HostSession,
+  id: string,
+  props: Props,
   poolName: string,
   vmName: string,
-): Promise<boolean> {
-  const pool = await session.host.findPool(poolName);
-  if (pool === undefined) return false;
-  for (const name of [overlayVolumeName(vmName), seedVolumeName(vmName)])
-    if (await session.host.findVolume(pool, name)) return true;
-  return false;
+): Promise<pulumi.dynamic.ReadResult> {
+  const left = await perVmVolumesLeft(session.host, poolName, vmName);
+  if (left.length === 0) return {};
+  if (isIncompleteCreate(props)) return { id, props };
+  const outputs = withReplacementReason(
+    { ...props, running: false, state: "stopped", ip: null, endpoint: null },
+    domainGoneReason(vmName, left),
+  );
+  return { id, props: plain(outputs), inputs: plain(inputsOnly(outputs, OUTPUT_KEYS)) };
 }
 
 /**
@@ -505,8 +525,17 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   const changes = inPlaceChanges(olds, inputs);
   if (!anyInPlaceChange(changes)) return { outs };
   const deadline = deadlineFor(inputs.timeouts, "create");
+  // Started again but never ready: stored running and marked, so the next up replaces it.
+  const replaceOnNextUp = (reason: string, cause: Error) =>
+    new ReplaceOnNextUpError(
+      id,
+      plain({ ...outs, state: "running", ip: null, endpoint: null }),
+      reason,
+      cause,
+      news,
+    );
   const live = await stepsWithin(deadline, progressLog)("update", () =>
-    applyOnHost(id, olds, inputs, changes, deadline),
+    applyOnHost(id, olds, inputs, changes, deadline, replaceOnNextUp),
   );
   return { outs: plain({ ...outs, ...live }) };
 }
@@ -522,6 +551,7 @@ async function applyOnHost(
   inputs: KvmProxyInputs,
   changes: InPlaceChanges,
   deadline: Deadline,
+  replaceOnNextUp: (reason: string, cause: Error) => Error,
 ): Promise<Props> {
   const session = await openHost(inputs, deadline);
   const { vmName } = parseKvmResourceId(id);
@@ -541,7 +571,7 @@ async function applyOnHost(
   }
   progressLog(`KvmProxy ${vmName}: starting it again (refresh found it not running)`);
   await session.host.startDomain(handle);
-  const ip = await waitForReadiness(session.host, handle, inputs, deadline);
+  const ip = await readyAfterRestart(session.host, handle, inputs, deadline, replaceOnNextUp);
   const egress = await egressAtReadiness(ip, inputs, deadline);
   return { state: "running", ip, endpoint: ip ? endpointOf(ip, inputs) : null, ...egress };
 }
