@@ -29,6 +29,7 @@ import {
 import { logToEngine } from "../common/engine-log";
 import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
+import { isGoneForGood, leaveBehind, rememberGoneHosts, withWayOut } from "../common/gone-hosts";
 import {
   ReplaceOnNextUpError,
   replacementReason,
@@ -100,6 +101,7 @@ export async function configure(request: {
   config?: { get(key: string): string | undefined };
 }): Promise<void> {
   rememberKvmProviderConfig(request.config);
+  rememberGoneHosts(request.config);
 }
 
 // ---- check / diff: pure -----------------------------------------------------------------------
@@ -387,9 +389,11 @@ async function freshSeedVolume(
  */
 export async function read(id: string, props: Props): Promise<pulumi.dynamic.ReadResult> {
   const target = hostTargetOf(props);
-  parseKvmResourceId(id); // a malformed id is refused before any connection
+  const { host: idHost } = parseKvmResourceId(id); // a malformed id is refused before any connection
   // `.get` passes the user's arguments only: no output of ours has been recorded yet.
   const adopting = props.createdAt === undefined;
+  // A host gone for good is not asked: state stays as recorded, for delete to give up on.
+  if (!adopting && isGoneForGood(hostNamesOf(idHost, target))) return { id, props };
   const deadline = deadlineFor(target.timeouts, "read");
   return stepsWithin(deadline)("read", () => readWithin(id, props, target, adopting, deadline));
 }
@@ -584,13 +588,35 @@ async function applyOnHost(
  */
 export async function remove(id: string, props: Props): Promise<DeleteOutcome> {
   const target = hostTargetOf(props);
-  const { vmName } = parseKvmResourceId(id);
+  const { host, vmName } = parseKvmResourceId(id);
+  if (isGoneForGood(hostNamesOf(host, target))) {
+    leaveBehind(`KvmProxy ${vmName}`, host, leftBehindOn(target, props, vmName));
+    return "already gone";
+  }
   const deadline = deadlineFor(target.timeouts, "delete");
   const progress = { removed: false };
   await stepsWithin(deadline, progressLog)(`delete ${vmName}`, () =>
     removeWithin(target, props, vmName, deadline, progress),
-  );
+  ).catch((error: unknown) => Promise.reject(withWayOut(error, host)));
   return progress.removed ? "removed" : "already gone";
+}
+
+/** The ways a user may write the host in egress-proxies:goneHosts: the id's label, its name, name:port. */
+function hostNamesOf(label: string, target: HostTarget): string[] {
+  const connection = target.connection;
+  return connection === undefined
+    ? [label]
+    : [label, connection.host, `${connection.host}:${connection.port}`];
+}
+
+/** What delete would have removed, as state records it. */
+function leftBehindOn(target: HostTarget, props: Props, vmName: string): string[] {
+  const uuid = typeof props.libvirtUuid === "string" ? ` (libvirt UUID ${props.libvirtUuid})` : "";
+  return [
+    `domain ${vmName}${uuid}`,
+    `volume ${target.pool}/${overlayVolumeName(vmName)}`,
+    `volume ${target.pool}/${seedVolumeName(vmName)}`,
+  ];
 }
 
 /** Delete's one step, safe to repeat: everything it removes may already be gone. */

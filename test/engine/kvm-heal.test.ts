@@ -8,7 +8,13 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { overlayVolumeName, seedVolumeName } from "../../provider/kvm/naming";
+import { parseConfig } from "../../reaper/config";
+import { EXIT, runSweep } from "../../reaper/sweep";
 import { engineCallMs } from "../lab/budgets";
 import { useLab, type LabEnv } from "../lab/fixture";
 import { LabGuests } from "../lab/guests";
@@ -20,7 +26,9 @@ import {
 } from "../lab/kvm-support";
 import {
   captureResourceInputs,
+  CONSUMER_IDENTITY,
   DynamicProviderServer,
+  FakeEngine,
   packIntoConsumerProject,
   type ConsumerProject,
   type Props,
@@ -270,5 +278,130 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
     ]);
     assert.equal(uuidOf(slow), replacement);
     await assertFullStrength();
+  });
+
+  it("a host gone for good: delete fails with the way out; listed in goneHosts, it gives up and says what it leaves", async () => {
+    const member = members[1]!;
+    const stored = member.stored!;
+    const vmName = vmNameOf(member);
+    // The host "went away": state names an address where nothing listens any more.
+    const deadPort = await new Promise<number>((resolvePort) => {
+      const probe = createServer().listen(0, "127.0.0.1", () => {
+        const { port } = probe.address() as { port: number };
+        probe.close(() => resolvePort(port));
+      });
+    });
+    const goneId = `hosts/127.0.0.1:${deadPort}/domains/${vmName}`;
+    const goneOutputs = {
+      ...stored.outputs,
+      connection: {
+        ...(stored.outputs.connection as Props),
+        port: deadPort,
+        dialTimeoutSeconds: 2,
+      },
+      timeouts: { createSeconds: 300, readySeconds: 60, deleteSeconds: 10 },
+    };
+    await assert.rejects(
+      server.delete(member.urn, goneId, goneOutputs),
+      /did not finish within 10 s.*if 127\.0\.0\.1:\d+ is gone for good, list it in egress-proxies:goneHosts/s,
+    );
+
+    const engine = await FakeEngine.start();
+    const released = await DynamicProviderServer.start(
+      project,
+      undefined,
+      process.env,
+      engine.address,
+    );
+    try {
+      await released.configure({ "egress-proxies:goneHosts": `127.0.0.1:${deadPort}` });
+      // Refresh does not ask it (no failure, state as recorded); delete gives up at once and says what it leaves.
+      const refreshed = await released.read(member.urn, goneId, goneOutputs, stored.inputs);
+      assert.equal(refreshed.id, goneId);
+      assert.equal(refreshed.properties.libvirtUuid, stored.outputs.libvirtUuid);
+      const started = Date.now();
+      await released.delete(member.urn, goneId, goneOutputs);
+      assert.ok(Date.now() - started < 3000, "no connection attempted");
+      const deadline = Date.now() + 5000;
+      while (!engine.logs.some((l) => /left behind/.test(l.message)) && Date.now() < deadline)
+        await new Promise((wait) => setTimeout(wait, 100));
+      const warning = engine.logs.find((l) => /left behind/.test(l.message));
+      assert.ok(warning, `logs: ${JSON.stringify(engine.logs)}`);
+      assert.equal(warning.severity, 2, "a warning");
+      for (const thing of [
+        `domain ${vmName} (libvirt UUID ${uuidOf(member)})`,
+        `volume ${lab.pool}/${overlayVolumeName(vmName)}`,
+        `volume ${lab.pool}/${seedVolumeName(vmName)}`,
+      ])
+        assert.ok(warning.message.includes(thing), `${thing} in: ${warning.message}`);
+    } finally {
+      await released.stop();
+      await engine.stop();
+    }
+
+    // The host "comes back" (it is the lab's, still there): the reaper finds the VM as an orphan of this
+    // stack, since state no longer names it. A dry run only: other suites' VMs of the same test stack
+    // share this pool, so the removal is the provider's delete on the real address.
+    const workDir = mkdtempSync(join(tmpdir(), "heal-reaper-"));
+    try {
+      const { project: projectName, stack } = CONSUMER_IDENTITY;
+      const stateFile = join(workDir, "state.json");
+      const kept = members.filter((m) => m !== member && m.stored !== undefined);
+      writeFileSync(
+        stateFile,
+        JSON.stringify({
+          version: 3,
+          deployment: {
+            resources: [
+              {
+                urn: `urn:pulumi:${stack}::${projectName}::pulumi:pulumi:Stack::${projectName}-${stack}`,
+              },
+              ...kept.map((m) => ({
+                urn: m.urn,
+                id: m.stored!.id,
+                custom: true,
+                outputs: { vmName: vmNameOf(m) },
+              })),
+            ],
+          },
+        }),
+      );
+      let out = "";
+      let err = "";
+      const status = await runSweep(
+        parseConfig({
+          states: [{ checkpointFile: stateFile }],
+          kvm: [
+            {
+              name: "lab",
+              connection: {
+                host: lab.sshHost,
+                port: lab.sshPort,
+                user: lab.sshUser,
+                privateKeyFile: lab.clientKey,
+                knownHostsFile: lab.knownHosts,
+              },
+              socketPath: lab.libvirtSocket,
+              pools: [lab.pool],
+            },
+          ],
+        }),
+        { apply: false, json: true, minAgeMs: 0, pruneImages: false, project: projectName },
+        { out: (text) => (out += text), err: (text) => (err += `${text}\n`) },
+      );
+      assert.equal(status, EXIT.ok, err);
+      const report = JSON.parse(out) as {
+        items: Array<{ name: string; action: string; why: string }>;
+      };
+      const item = report.items.find((i) => i.name === vmName);
+      assert.equal(item?.action, "reap", `${stack}: ${JSON.stringify(item)}`);
+      for (const m of kept)
+        assert.notEqual(report.items.find((i) => i.name === vmNameOf(m))?.action, "reap");
+    } finally {
+      rmSync(workDir, { recursive: true, force: true });
+    }
+    await server.delete(member.urn, stored.id, stored.outputs);
+    member.stored = undefined;
+    assertHostHoldsExactlyState();
   });
 });
