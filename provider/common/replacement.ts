@@ -71,8 +71,10 @@ export class ReplaceOnNextUpError extends Error {
     super(`${cause.message}; ${reason}: the next \`pulumi up\` replaces it`, { cause });
     this.reasons = [this.message];
     const provider = request[PROVIDER_KEY];
+    // Not ready: no address to publish, and no check that passed since it was started again.
+    const notReady = { ip: null, endpoint: null, egressIp: null, checkedAt: null };
     this.properties = {
-      ...withReplacementReason(outputs, reason),
+      ...withReplacementReason({ ...outputs, ...notReady }, reason),
       ...(typeof provider === "string" ? { [PROVIDER_KEY]: provider } : {}),
     };
   }

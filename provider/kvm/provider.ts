@@ -533,7 +533,7 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   const replaceOnNextUp = (reason: string, cause: Error) =>
     new ReplaceOnNextUpError(
       id,
-      plain({ ...outs, state: "running", ip: null, endpoint: null }),
+      plain({ ...outs, state: "running" }),
       reason,
       cause,
       news,

@@ -723,7 +723,7 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
       if (isPermanent(cause) || spent < spec.timeouts.readySeconds - 2) throw cause;
       throw new ReplaceOnNextUpError(
         id,
-        plain({ ...running, ip: null, endpoint: null }),
+        plain(running),
         `it was not ready ${spent} s after \`up\` started it again`,
         cause as Error,
         news,
