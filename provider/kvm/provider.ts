@@ -531,13 +531,7 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   const deadline = deadlineFor(inputs.timeouts, "create");
   // Started again but never ready: stored running and marked, so the next up replaces it.
   const replaceOnNextUp = (reason: string, cause: Error) =>
-    new ReplaceOnNextUpError(
-      id,
-      plain({ ...outs, state: "running" }),
-      reason,
-      cause,
-      news,
-    );
+    new ReplaceOnNextUpError(id, plain({ ...outs, state: "running" }), reason, cause, news);
   const live = await stepsWithin(deadline, progressLog)("update", () =>
     applyOnHost(id, olds, inputs, changes, deadline, replaceOnNextUp),
   );
