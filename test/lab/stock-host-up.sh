@@ -123,7 +123,11 @@ chmod 711 "$STOCK/ssh" # sshd reads authorized_keys as the user; the client key 
 # ---- 1. network namespace and this machine's leg, on a free /24 ----------------------------------------
 LAB_SUBNET=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["subnet"])' \
   "${LAB_DIR:-/tmp/egress-lab}/env.json" 2>/dev/null || true)
-SUBNET=$(pick_subnet "$LAB_SUBNET")
+# A second profile (test/lab/reboot-host.sh) keeps off the first one's subnet too.
+OTHER_STOCK_SUBNET=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["subnet"])' \
+  /tmp/egress-stock-lab/env.json 2>/dev/null || true)
+[ "$STOCK" = /tmp/egress-stock-lab ] && OTHER_STOCK_SUBNET=
+SUBNET=$(pick_subnet "$LAB_SUBNET" "$OTHER_STOCK_SUBNET")
 echo "$SUBNET" >"$STOCK/subnet"
 HOST_ADDR=$SUBNET.254/24
 log "stock-host subnet $SUBNET.0/24 (used by nothing on this machine)"
