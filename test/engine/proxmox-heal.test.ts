@@ -7,10 +7,20 @@
  * the members, nothing else. The KVM side is engine/kvm-heal.test.ts.
  */
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseConfig } from "../../reaper/config";
+import { EXIT, runSweep } from "../../reaper/sweep";
 import type { PveSimulator } from "../pve-sim/simulator";
 import { simulatorProxyArgs, useEngineFixture } from "./engine-fixture";
-import { captureResourceInputs, type DynamicProviderServer, type Props } from "./harness";
+import {
+  captureResourceInputs,
+  CONSUMER_IDENTITY,
+  type DynamicProviderServer,
+  type Props,
+} from "./harness";
 import { refreshAll, stepSummary, upAll, upWithRefresh, type Member } from "./up-refresh";
 
 const SIZE = 2;
@@ -209,9 +219,10 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
     await assertFullStrength();
   });
 
-  it("a node gone for good: delete fails with the way out; listed in goneHosts, it gives up and says what it leaves", async () => {
+  it("a node gone for good: delete fails with the way out; listed in goneHosts it gives up, says what it leaves, and the reaper removes that when the node is back", async () => {
     const member = members[1]!;
     const stored = member.stored!;
+    const goneName = String(stored.outputs.vmName);
     const deadPort = await new Promise<number>((resolvePort) => {
       const probe = createServer().listen(0, "127.0.0.1", () => {
         const { port } = probe.address() as { port: number };
@@ -242,10 +253,65 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
     assert.ok(warning, JSON.stringify(engine.logs));
     assert.ok(warning.message.includes(`VM ${vmidOf(member)} (`), warning.message);
     assert.ok(warning.message.includes(`seed ${seedOf(member)}`), warning.message);
-    // Left behind indeed (the "node" is the simulator, which never went away): removed for real here.
+    // Left behind indeed. The "node comes back" (the simulator never went away): the reaper, given the
+    // stack's state without it, finds the VM and its seed as orphans of this stack and removes them.
     assert.ok(sim.vms.has(vmidOf(member)));
-    await server.delete(member.urn, stored.id, stored.outputs);
     member.stored = undefined;
+    const workDir = mkdtempSync(join(tmpdir(), "pve-heal-reaper-"));
+    try {
+      const { project, stack } = CONSUMER_IDENTITY;
+      const stateFile = join(workDir, "state.json");
+      const tokenFile = join(workDir, "token");
+      const caCertFile = join(workDir, "ca.pem");
+      writeFileSync(tokenFile, `${sim.tokenFor()}\n`);
+      writeFileSync(caCertFile, sim.caCertPem);
+      const kept = members.filter((m) => m.stored !== undefined);
+      writeFileSync(
+        stateFile,
+        JSON.stringify({
+          version: 3,
+          deployment: {
+            resources: [
+              { urn: `urn:pulumi:${stack}::${project}::pulumi:pulumi:Stack::${project}-${stack}` },
+              ...kept.map((m) => ({
+                urn: m.urn,
+                id: m.stored!.id,
+                custom: true,
+                outputs: { vmName: m.stored!.outputs.vmName },
+              })),
+            ],
+          },
+        }),
+      );
+      let out = "";
+      let err = "";
+      const status = await runSweep(
+        parseConfig({
+          states: [{ checkpointFile: stateFile }],
+          proxmox: [
+            {
+              name: "pve",
+              apiEndpoint: sim.endpoint,
+              apiTokenFile: tokenFile,
+              caCertFile,
+              nodes: [{ node: sim.node, seedStorage: "seeds" }],
+              deleteTimeoutSeconds: 30,
+            },
+          ],
+        }),
+        { apply: true, json: true, minAgeMs: 0, pruneImages: false, project },
+        { out: (text) => (out += text), err: (text) => (err += `${text}\n`) },
+        { openKvm: () => Promise.reject(new Error("no KVM backends here")) },
+      );
+      assert.equal(status, EXIT.ok, err);
+      const report = JSON.parse(out) as { removed: Array<{ name: string; outcome: string }> };
+      assert.ok(
+        report.removed.some((r) => r.name === goneName && r.outcome === "removed"),
+        JSON.stringify(report.removed),
+      );
+    } finally {
+      rmSync(workDir, { recursive: true, force: true });
+    }
     assertNodeHoldsExactlyState();
   });
 });
