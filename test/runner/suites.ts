@@ -42,7 +42,7 @@ const LAB_SECONDS: Record<string, number> = {
   "engine/stock-host.test.js": 150, // (1, UEFI) zero-config on a stock host
   "lab/egress.test.js": 130, // (2) squid with auth, NAT, check
   "lab/kvm-proxy.test.js": 95, // (1 + 10 that are not waited for)
-  "engine/kvm-heal.test.js": 60, // (2, and 4 replacements not waited for) heal on refresh + up
+  "engine/kvm-heal.test.js": 65, // (2, and 4 replacements not waited for) heal on refresh + up
   "engine/kvm-reboot.test.js": 50, // (2, not waited for) a private libvirtd, up and restarted
   "engine/kvm.test.js": 25,
   "lab/kvm-no-leak.test.js": 85,
