@@ -412,7 +412,8 @@ async function readWithin(
       `id ${JSON.stringify(id)} names host ${idHost}, but the connection reaches ${session.label}; pass the connection of that host or use the id hosts/${session.label}/domains/${vmName}`,
     );
   const handle = await findDomainOf(session.host, props, vmName);
-  if (handle === undefined) return goneDomain(session, id, props, target.pool, vmName);
+  if (handle === undefined)
+    return adopting ? {} : goneDomain(session, id, props, target.pool, vmName);
   const description = parseDomainXml(await session.host.definedXml(handle));
   const what = `domain ${description.name} on ${session.label}`;
   const mark = requireOurs(description.mark, target, what, adopting);

@@ -588,7 +588,8 @@ async function goneVm(
   adopting: boolean,
   seedPresent: () => Promise<boolean>,
 ): Promise<{ id?: string; props: Props; inputs?: Props }> {
-  if (adopting || !(await seedPresent())) return { props: {} };
+  // A seed that cannot be looked up counts as gone: the resource drops, as before seeds were looked for.
+  if (adopting || !(await seedPresent().catch(() => false))) return { props: {} };
   const id = resourceId(ref);
   if (isIncompleteCreate(props)) return { id, props };
   const outputs = withReplacementReason(
