@@ -16,6 +16,7 @@ import { promisify } from "node:util";
 import { engineCallMs } from "../lab/budgets";
 import { LAB_SCRIPTS_DIR } from "../lab/fixture";
 import { ensureProxyImage, serveImage, type RunningServer } from "../lab/kvm-support";
+import type { StockHostEnv } from "../lab/stock-host";
 import {
   captureResourceInputs,
   DynamicProviderServer,
@@ -48,6 +49,7 @@ describe("engine: a KvmProxy pool after a host reboot (private libvirtd, real dy
   let imageServer: RunningServer;
   let imageSha256: string;
   let server: DynamicProviderServer;
+  let host: StockHostEnv;
   let socket: string;
   const members: Member[] = [];
 
@@ -71,8 +73,8 @@ describe("engine: a KvmProxy pool after a host reboot (private libvirtd, real dy
 
   before(async () => {
     await rebootHost("up");
-    socket = (JSON.parse(readFileSync(`${HOST_DIR}/env.json`, "utf8")) as { libvirtSocket: string })
-      .libvirtSocket;
+    host = JSON.parse(readFileSync(`${HOST_DIR}/env.json`, "utf8")) as StockHostEnv;
+    socket = host.libvirtSocket;
     // What `egress-proxies doctor --fix` sets up on a stock host: a pool and the default network, both
     // started with the host.
     virsh("pool-define-as", "default", "dir", "--target", "/var/lib/libvirt/images");
@@ -89,7 +91,15 @@ describe("engine: a KvmProxy pool after a host reboot (private libvirtd, real dy
     await server.configure({});
     for (let index = 0; index < SIZE; index++) {
       const name = `reboot-${index}`;
+      // Over SSH as the host's non-root libvirt user, the way a user reaches a hypervisor.
       const args: Props = {
+        connection: {
+          host: host.sshHost,
+          port: host.sshPort,
+          user: host.sshUser,
+          privateKey: readFileSync(host.clientKey, "utf8"),
+          knownHosts: readFileSync(host.knownHosts, "utf8"),
+        },
         socketPath: socket,
         pool: "default",
         network: { name: "default" },
