@@ -29,12 +29,20 @@ import {
 import { logToEngine } from "../common/engine-log";
 import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
+import { isGoneForGood, leaveBehind, rememberGoneHosts, withWayOut } from "../common/gone-hosts";
+import {
+  ReplaceOnNextUpError,
+  replacementReason,
+  withRepairReplacement,
+  withReplacementReason,
+} from "../common/replacement";
 import { safeErrorMessage } from "../common/redact";
 import type { DomainHandle, StoragePoolHandle, StorageVolHandle } from "../libvirt-rpc-xdr";
 import { buildNoCloudSeed } from "../nocloud";
 import { lookUpAddress } from "./addresses";
 import { openHost, rememberKvmProviderConfig, type HostSession } from "./connect";
 import { CreateAttempt } from "./create-attempt";
+import { domainGoneReason, missingVolumes, missingVolumesReason, perVmVolumesLeft } from "./damage";
 import { KVM_CHANGE_TABLE } from "./diff";
 import { buildDomainXml, parseDomainXml, type DomainDescription } from "./domain-xml";
 import { assertHostReady } from "./host-facts";
@@ -51,7 +59,7 @@ import {
 } from "./naming";
 import { observedInputs } from "./observed";
 import { anyInPlaceChange, inPlaceChanges, stopDomain, type InPlaceChanges } from "./power";
-import { waitForReadiness } from "./ready";
+import { readyAfterRestart, waitForReadiness } from "./ready";
 import {
   effectiveCpuMode,
   kvmProxyInputsSchema,
@@ -94,6 +102,7 @@ export async function configure(request: {
   config?: { get(key: string): string | undefined };
 }): Promise<void> {
   rememberKvmProviderConfig(request.config);
+  rememberGoneHosts(request.config);
 }
 
 // ---- check / diff: pure -----------------------------------------------------------------------
@@ -110,7 +119,7 @@ export async function diff(
   olds: Props,
   news: Props,
 ): Promise<pulumi.dynamic.DiffResult> {
-  const decision = decideDiff(KVM_CHANGE_TABLE, olds, news);
+  const decision = withRepairReplacement(decideDiff(KVM_CHANGE_TABLE, olds, news), olds);
   return {
     changes: decision.changes,
     replaces: decision.replaces,
@@ -381,9 +390,11 @@ async function freshSeedVolume(
  */
 export async function read(id: string, props: Props): Promise<pulumi.dynamic.ReadResult> {
   const target = hostTargetOf(props);
-  parseKvmResourceId(id); // a malformed id is refused before any connection
+  const { host: idHost } = parseKvmResourceId(id); // a malformed id is refused before any connection
   // `.get` passes the user's arguments only: no output of ours has been recorded yet.
   const adopting = props.createdAt === undefined;
+  // A host gone for good is not asked: state stays as recorded, for delete to give up on.
+  if (!adopting && isGoneForGood(hostNamesOf(idHost, target))) return { id, props };
   const deadline = deadlineFor(target.timeouts, "read");
   return stepsWithin(deadline)("read", () => readWithin(id, props, target, adopting, deadline));
 }
@@ -405,23 +416,20 @@ async function readWithin(
     );
   const handle = await findDomainOf(session.host, props, vmName);
   if (handle === undefined)
-    // Gone: Pulumi drops it from state. A partial create recorded before its domain existed stays
-    // while its volumes do, so a refresh never turns them into leftovers that state does not name.
-    return isIncompleteCreate(props) && (await perVmVolumesRemain(session, target.pool, vmName))
-      ? { id, props }
-      : {};
+    return adopting ? {} : goneDomain(session, id, props, target.pool, vmName);
   const description = parseDomainXml(await session.host.definedXml(handle));
   const what = `domain ${description.name} on ${session.label}`;
   const mark = requireOurs(description.mark, target, what, adopting);
   // Independent questions: asked together, one round trip.
-  const [diskBytes, { state }, autostart] = await Promise.all([
+  const [diskBytes, { state }, autostart, missing] = await Promise.all([
     diskCapacityOf(session.host, description),
     session.host.state(handle),
     session.host.autostart(handle),
+    missingVolumes(session.host, description),
   ]);
   const mac = description.mac ?? macAddressFor(description.name);
   const ip = await currentAddress(session.host, handle, state, mac, props.ip);
-  const outputs: Props = {
+  const observed: Props = {
     ...observedInputs(inputsOnly(props, OUTPUT_KEYS), {
       description,
       diskBytes,
@@ -437,6 +445,11 @@ async function readWithin(
     createdAt: mark.createdAt,
     libvirtUuid: uuidText(handle.uuid),
   };
+  // A disk or seed gone replaces the VM; a reason an earlier update recorded stays until then.
+  const outputs = withReplacementReason(
+    observed,
+    missing.length > 0 ? missingVolumesReason(missing) : replacementReason(props),
+  );
   return {
     id: kvmResourceId(legacyId ? idHost : session.label, description.name),
     props: plain(outputs),
@@ -482,16 +495,28 @@ async function diskCapacityOf(
   return volume ? (await host.volumeInfo(volume)).capacity : undefined;
 }
 
-async function perVmVolumesRemain(
+/**
+ * The domain is gone. With nothing of it left, Pulumi drops it from state and
+ * the next `up` creates it again. Volumes left behind keep it in state, so a
+ * refresh never turns them into leftovers that state does not name: a partial
+ * create as it was (destroy removes them), a complete one marked for
+ * replacement (whose delete removes them before the new VM is made).
+ */
+async function goneDomain(
   session: HostSession,
+  id: string,
+  props: Props,
   poolName: string,
   vmName: string,
-): Promise<boolean> {
-  const pool = await session.host.findPool(poolName);
-  if (pool === undefined) return false;
-  for (const name of [overlayVolumeName(vmName), seedVolumeName(vmName)])
-    if (await session.host.findVolume(pool, name)) return true;
-  return false;
+): Promise<pulumi.dynamic.ReadResult> {
+  const left = await perVmVolumesLeft(session.host, poolName, vmName);
+  if (left.length === 0) return {};
+  if (isIncompleteCreate(props)) return { id, props };
+  const outputs = withReplacementReason(
+    { ...props, running: false, state: "stopped", ip: null, endpoint: null },
+    domainGoneReason(vmName, left),
+  );
+  return { id, props: plain(outputs), inputs: plain(inputsOnly(outputs, OUTPUT_KEYS)) };
 }
 
 /**
@@ -508,8 +533,11 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   const changes = inPlaceChanges(olds, inputs);
   if (!anyInPlaceChange(changes)) return { outs };
   const deadline = deadlineFor(inputs.timeouts, "create");
+  // Started again but never ready: stored running and marked, so the next up replaces it.
+  const replaceOnNextUp = (reason: string, cause: Error) =>
+    new ReplaceOnNextUpError(id, plain({ ...outs, state: "running" }), reason, cause, news);
   const live = await stepsWithin(deadline, progressLog)("update", () =>
-    applyOnHost(id, olds, inputs, changes, deadline),
+    applyOnHost(id, olds, inputs, changes, deadline, replaceOnNextUp),
   );
   return { outs: plain({ ...outs, ...live }) };
 }
@@ -525,6 +553,7 @@ async function applyOnHost(
   inputs: KvmProxyInputs,
   changes: InPlaceChanges,
   deadline: Deadline,
+  replaceOnNextUp: (reason: string, cause: Error) => Error,
 ): Promise<Props> {
   const session = await openHost(inputs, deadline);
   const { vmName } = parseKvmResourceId(id);
@@ -544,7 +573,7 @@ async function applyOnHost(
   }
   progressLog(`KvmProxy ${vmName}: starting it again (refresh found it not running)`);
   await session.host.startDomain(handle);
-  const ip = await waitForReadiness(session.host, handle, inputs, deadline);
+  const ip = await readyAfterRestart(session.host, handle, inputs, deadline, replaceOnNextUp);
   const egress = await egressAtReadiness(ip, inputs, deadline);
   return { state: "running", ip, endpoint: ip ? endpointOf(ip, inputs) : null, ...egress };
 }
@@ -557,13 +586,35 @@ async function applyOnHost(
  */
 export async function remove(id: string, props: Props): Promise<DeleteOutcome> {
   const target = hostTargetOf(props);
-  const { vmName } = parseKvmResourceId(id);
+  const { host, vmName } = parseKvmResourceId(id);
+  if (isGoneForGood(hostNamesOf(host, target))) {
+    leaveBehind(`KvmProxy ${vmName}`, host, leftBehindOn(target, props, vmName));
+    return "already gone";
+  }
   const deadline = deadlineFor(target.timeouts, "delete");
   const progress = { removed: false };
   await stepsWithin(deadline, progressLog)(`delete ${vmName}`, () =>
     removeWithin(target, props, vmName, deadline, progress),
-  );
+  ).catch((error: unknown) => Promise.reject(withWayOut(error, host)));
   return progress.removed ? "removed" : "already gone";
+}
+
+/** The ways a user may write the host in egress-proxies:goneHosts: the id's label, its name, name:port. */
+function hostNamesOf(label: string, target: HostTarget): string[] {
+  const connection = target.connection;
+  return connection === undefined
+    ? [label]
+    : [label, connection.host, `${connection.host}:${connection.port}`];
+}
+
+/** What delete would have removed, as state records it. */
+function leftBehindOn(target: HostTarget, props: Props, vmName: string): string[] {
+  const uuid = typeof props.libvirtUuid === "string" ? ` (libvirt UUID ${props.libvirtUuid})` : "";
+  return [
+    `domain ${vmName}${uuid}`,
+    `volume ${target.pool}/${overlayVolumeName(vmName)}`,
+    `volume ${target.pool}/${seedVolumeName(vmName)}`,
+  ];
 }
 
 /** Delete's one step, safe to repeat: everything it removes may already be gone. */

@@ -5,6 +5,7 @@
  * a stopped VM again.
  */
 import { type Deadline, sleepWithin } from "../common/deadline";
+import { isPermanent } from "../common/errors";
 import { deadlineFor, earlier } from "../common/lifecycle";
 import { fetchThroughProxy } from "../common/proxy-probe";
 import { waitForTcpPort } from "../common/readiness";
@@ -63,4 +64,31 @@ async function waitForProxyProbe(
   throw deadline.timeoutError(
     `a request to readiness.probeUrl through the proxy at ${ip}:${port} (last: ${last})`,
   );
+}
+
+/**
+ * Readiness of a VM that `up` started again. When its readiness budget runs
+ * out (not a dropped link, not a refusal), restarting it did not heal it: the
+ * error `replace` makes records it for replacement at the next `up`
+ * (common/replacement.ts).
+ */
+export async function readyAfterRestart(
+  host: LibvirtHost,
+  dom: DomainHandle,
+  inputs: KvmProxyInputs,
+  updateDeadline: Deadline,
+  replace: (reason: string, cause: Error) => Error,
+): Promise<string | null> {
+  const readyDeadline = earlier(updateDeadline, deadlineFor(inputs.timeouts, "ready"));
+  const startedAt = Date.now();
+  try {
+    return await waitForReadiness(host, dom, inputs, readyDeadline);
+  } catch (error) {
+    // waitForReadiness gives up with less than its 2 s poll left.
+    if (isPermanent(error) || readyDeadline.remainingMs() > 2500) throw error;
+    const spent = Math.round((Date.now() - startedAt) / 1000);
+    return Promise.reject(
+      replace(`it was not ready ${spent} s after \`up\` started it again`, error as Error),
+    );
+  }
 }

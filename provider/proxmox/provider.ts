@@ -2,7 +2,7 @@ import { Deadline } from "../common/deadline";
 import { checkWithAutonaming, plainJson as plain } from "../common/check";
 import { sameValue } from "../common/diff";
 import { containsUnknown, readinessSchema, timeoutsSchema } from "../common/inputs";
-import { isNotFound, PermanentError, withContext } from "../common/errors";
+import { isNotFound, isPermanent, PermanentError, withContext } from "../common/errors";
 import { createMark, MARK_TAG, ownershipOf, OwnerIdentity, OwnershipMark } from "../common/mark";
 import {
   carriedOutputs,
@@ -18,10 +18,18 @@ import {
 import { logToEngine } from "../common/engine-log";
 import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
+import { isGoneForGood, leaveBehind, rememberGoneHosts, withWayOut } from "../common/gone-hosts";
+import {
+  ReplaceOnNextUpError,
+  replacementReason,
+  withRepairReplacement,
+  withReplacementReason,
+} from "../common/replacement";
 import { waitForTcpPort } from "../common/readiness";
 import { FormFields, ProxmoxClient } from "./client";
 import { isCredentialRejected, isTaskFailure, isVmidTaken } from "./classify";
 import { ConnectionInputs, rememberProviderConfig, resolveConnection } from "./connection";
+import { brokenVmReason, seedIsPresent, vmGoneReason } from "./damage";
 import { decideProxmoxDiff, DiffDecision, PROXMOX_CHANGE_TABLE } from "./diff";
 import {
   CheckFailure,
@@ -90,6 +98,7 @@ export async function configure(request: {
   config?: { get(key: string): string | undefined };
 }): Promise<void> {
   rememberProviderConfig(request.config);
+  rememberGoneHosts(request.config);
 }
 
 // ---------------------------------------------------------------- check / diff: offline and pure
@@ -106,7 +115,7 @@ export async function check(
 }
 
 export async function diff(_id: string, olds: Props, news: Props): Promise<DiffDecision> {
-  return decideProxmoxDiff(olds, news);
+  return withRepairReplacement(decideProxmoxDiff(olds, news), olds);
 }
 
 // ---------------------------------------------------------------- create
@@ -513,24 +522,33 @@ export async function read(
 ): Promise<{ id?: string; props: Props; inputs?: Props }> {
   const ref = parseResourceId(id);
   const client = clientFor(props as ConnectionInputs);
+  // `.get` passes the user's arguments only: no output of ours has been recorded yet.
+  const adopting = props.createdAt === undefined;
+  // A host gone for good is not asked: state stays as recorded, for delete to give up on.
+  if (!adopting && isGoneForGood(endpointNamesOf(props))) return { id, props };
   const settings = settingsOf(props);
   const deadline = deadlineFor(settings.timeouts, "read");
   const step = stepsWithin(deadline);
   const status = await step("read status", () => getStatus(client, ref, deadline)).catch(
     notFoundAsUndefined,
   );
-  if (status === undefined) return { props: {} };
-  // `.get` passes the user's arguments only: no output of ours has been recorded yet.
-  const adopting = props.createdAt === undefined;
+  const seedVolume = seedVolumeOf(props);
+  const seedPresent = (): Promise<boolean> =>
+    step("read seed", () => seedIsPresent(client, ref.node, seedVolume, deadline));
+  const gone = () => goneVm(ref, props, seedVolume, adopting, seedPresent);
+  if (status === undefined) return gone();
   // Ours in progress: report it as it was. Adopting one still needs its mark checked.
   if (isLocked(status) && !adopting)
     return { id, props: { ...props, state: stateOf(status) }, inputs: inputsOf(props) };
-  const config = await step("read config", () => getConfig(client, ref, deadline)).catch(
-    notFoundAsUndefined,
-  );
-  if (config === undefined) return { props: {} };
+  // Independent questions: asked together.
+  const [config, seedThere] = await Promise.all([
+    step("read config", () => getConfig(client, ref, deadline)).catch(notFoundAsUndefined),
+    // Unknown (the storage unreadable) says nothing: only a seed seen missing replaces.
+    adopting ? Promise.resolve(true) : seedPresent().catch(() => true),
+  ]);
+  if (config === undefined) return gone();
   const mark = ourVmAt(config, ref, props, adopting);
-  if (mark === undefined) return { props: {} };
+  if (mark === undefined) return gone();
   const mac = macOf(config) ?? null;
   const ip = await freshAddress(client, ref, status, mac, props.ip);
   const port = settings.readiness.port;
@@ -547,7 +565,58 @@ export async function read(
     endpoint: ip === null ? null : `http://${ip}:${port}`,
     createdAt: mark.createdAt,
   };
-  return { id, props: plain(outputs), inputs: inputsOf(outputs) };
+  // A boot disk or seed gone replaces the VM; a reason an earlier update recorded stays until then.
+  const reason = brokenVmReason(config, seedVolume, seedThere) ?? replacementReason(props);
+  return {
+    id,
+    props: plain(withReplacementReason(outputs, reason)),
+    inputs: withReplacementReason(inputsOf(outputs), reason),
+  };
+}
+
+/**
+ * The VM is gone. With its seed gone too (or adopting), Pulumi drops it from
+ * state and the next `up` creates it again. A seed left behind keeps it in
+ * state, so a refresh never turns it into a leftover that state does not
+ * name: a partial create as it was (destroy removes it), a complete one
+ * marked for replacement (whose delete removes the seed).
+ */
+async function goneVm(
+  ref: VmRef,
+  props: Props,
+  seedVolume: string,
+  adopting: boolean,
+  seedPresent: () => Promise<boolean>,
+): Promise<{ id?: string; props: Props; inputs?: Props }> {
+  // A seed that cannot be looked up counts as gone: the resource drops, as before seeds were looked for.
+  if (adopting || !(await seedPresent().catch(() => false))) return { props: {} };
+  const id = resourceId(ref);
+  if (isIncompleteCreate(props)) return { id, props };
+  const outputs = withReplacementReason(
+    { ...props, running: false, state: "stopped", ip: null, endpoint: null },
+    vmGoneReason(ref.vmid, seedVolume),
+  );
+  return {
+    id,
+    props: plain(outputs),
+    inputs: withReplacementReason(inputsOf(outputs), replacementReason(outputs)),
+  };
+}
+
+function seedVolumeOf(props: Props): string {
+  return typeof props.seedVolume === "string"
+    ? props.seedVolume
+    : seedVolumeId(String(props.seedStorage), String(props.vmName));
+}
+
+/** The ways a user may write the API host in egress-proxies:goneHosts: its name, or name:port. */
+function endpointNamesOf(props: Props): string[] {
+  try {
+    const url = new URL(resolveConnection(props as ConnectionInputs).endpoint);
+    return [url.hostname, url.host, `${url.hostname}:${url.port || "8006"}`];
+  } catch {
+    return [];
+  }
 }
 
 /**
@@ -645,15 +714,25 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
     }
     progress(spec.vmName, `starting VMID ${ref.vmid} again (refresh found it not running)`);
     await step("start", () => startVm(client, ref, deadline));
-    const ready = await becomeReady(client, spec, ref, { ...carried, state: "running" }).catch(
-      (error: unknown) => {
-        // At create this records a partial VM; here the VM is in state already: the cause is the error.
-        throw error instanceof PartialCreateError ? (error.cause ?? error) : error;
-      },
-    );
+    const startedAt = Date.now();
+    const running = { ...carried, state: "running" };
+    const ready = await becomeReady(client, spec, ref, running).catch((error: unknown) => {
+      // At create this records a partial VM; here the VM is in state already: the cause is the error.
+      const cause = error instanceof PartialCreateError ? (error.cause ?? error) : error;
+      // Its readiness budget spent: starting it again did not heal it; stored marked, the next up replaces it.
+      const spent = Math.round((Date.now() - startedAt) / 1000);
+      if (isPermanent(cause) || spent < spec.timeouts.readySeconds - 2) throw cause;
+      throw new ReplaceOnNextUpError(
+        id,
+        plain(running),
+        `it was not ready ${spent} s after \`up\` started it again`,
+        cause as Error,
+        news,
+      );
+    });
     return { outs: plain({ ...ready, ...(await egressAtReadiness(ready.ip, spec, deadline)) }) };
   } catch (error) {
-    throw withContext(error, context);
+    throw error instanceof ReplaceOnNextUpError ? error : withContext(error, context);
   }
 }
 
@@ -681,27 +760,35 @@ const CARRIED_KEYS = [
  */
 export async function deleteProxy(id: string, props: Props): Promise<DeleteOutcome> {
   const ref = parseResourceId(id);
+  const vmName = String(props.vmName);
+  const hostNames = endpointNamesOf(props);
+  if (isGoneForGood(hostNames)) {
+    leaveBehind(`ProxmoxProxy ${vmName}`, hostNames[1] ?? ref.node, [
+      `VM ${ref.vmid} (${vmName}) on node ${ref.node} with its disks`,
+      `seed ${seedVolumeOf(props)}`,
+    ]);
+    return "already gone";
+  }
   const client = clientFor(props as ConnectionInputs);
   const deadline = deadlineFor(settingsOf(props).timeouts, "delete");
-  const vmName = String(props.vmName);
   try {
     const step = stepsWithin(deadline, vmName);
     let removed = false;
     await step("remove VM", async () => {
       removed = (await removeVm(client, ref, vmName, props, deadline)) || removed;
     });
-    const seedVolume =
-      typeof props.seedVolume === "string"
-        ? props.seedVolume
-        : seedVolumeId(String(props.seedStorage), vmName);
+    const seedVolume = seedVolumeOf(props);
     progress(vmName, `removing the seed ${seedVolume}`);
     await step("remove seed", () => deleteSeed(client, ref.node, seedVolume, deadline));
     return removed ? "removed" : "already gone";
   } catch (error) {
-    throw withContext(error, {
-      operation: "delete",
-      resource: `VM ${vmName} (VMID ${ref.vmid}) on node ${ref.node}`,
-    });
+    throw withWayOut(
+      withContext(error, {
+        operation: "delete",
+        resource: `VM ${vmName} (VMID ${ref.vmid}) on node ${ref.node}`,
+      }),
+      hostNames[1] ?? ref.node,
+    );
   }
 }
 

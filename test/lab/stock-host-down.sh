@@ -8,6 +8,7 @@ set -uo pipefail
 STOCK=${STOCK_LAB_DIR:-/tmp/egress-stock-lab}
 NS=${STOCK_NETNS:-egress-stock}
 SSH_USER=${STOCK_SSH_USER:-egress-stock}
+VETH=${STOCK_VETH:-stock-host}
 PIDS=$STOCK/pids
 UNDO=${STOCK}.undo
 SOCK=$STOCK/root/run/libvirt-sock
@@ -25,7 +26,7 @@ stop_orphan_guests "$STOCK"
 if [ "${1:-}" = "--purge" ]; then
   undo_recorded
   # A profile from before the undo list (or one whose list was lost) still goes completely.
-  ip link del stock-host 2>/dev/null && log "veth stock-host removed"
+  ip link del "$VETH" 2>/dev/null && log "veth $VETH removed"
   has_netns "$NS" && ip netns del "$NS" && log "netns $NS deleted"
   release_netns_mount
   rm -rf "$STOCK"

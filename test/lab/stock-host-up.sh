@@ -33,6 +33,7 @@ STOCK=${STOCK_LAB_DIR:-/tmp/egress-stock-lab}
 NS=${STOCK_NETNS:-egress-stock}
 SSH_PORT=${STOCK_SSH_PORT:-2223}
 SSH_USER=${STOCK_SSH_USER:-egress-stock}
+VETH=${STOCK_VETH:-stock-host} # this machine's leg; its peer in the netns is $VETH-br (15 characters at most)
 ROOT=$STOCK/root
 PIDS=$STOCK/pids
 UNDO=${STOCK}.undo
@@ -55,9 +56,31 @@ V() { virsh -q -c "qemu:///system?socket=$SOCK" "$@"; }
 if [ "${1:-}" = link ]; then
   SUBNET=$(cat "$STOCK/subnet")
   ip -n "$NS" link show virbr0 >/dev/null 2>&1 || fail "virbr0 does not exist: the network default is not running"
-  ip -n "$NS" link set stock-host-br master virbr0 up
-  [ "$(ip -4 -o route get "$SUBNET.1" | grep -o 'dev [^ ]*')" = "dev stock-host" ] || fail "$SUBNET.1 does not route through stock-host"
-  log "$SUBNET.0/24 reachable through stock-host (bridged to virbr0)"
+  ip -n "$NS" link set "$VETH-br" master virbr0 up
+  [ "$(ip -4 -o route get "$SUBNET.1" | grep -o 'dev [^ ]*')" = "dev $VETH" ] || fail "$SUBNET.1 does not route through $VETH"
+  log "$SUBNET.0/24 reachable through $VETH (bridged to virbr0)"
+  exit 0
+fi
+
+# `stock-host-up.sh reboot`: what a host reboot does to libvirt, without rebooting this machine: every
+# guest powered off, libvirtd stopped, the run directory's once-per-boot markers gone (a boot empties
+# /run; libvirtd autostarts domains, networks and pools only when they are missing), libvirtd started
+# again, which autostarts what has autostart on. The new PID is recorded, so stock-host-down.sh stops it.
+if [ "${1:-}" = reboot ]; then
+  alive libvirtd libvirtd || fail "libvirtd of $STOCK is not running"
+  for d in $(V list --name --state-running --state-paused); do V destroy "$d" >/dev/null; done
+  old=$(pid_of libvirtd)
+  kill -TERM "$old"
+  for _ in $(seq 100); do [ -d "/proc/$old" ] || break; sleep 0.1; done
+  [ -d "/proc/$old" ] && fail "libvirtd ($old) did not stop within 10 s"
+  rm -f "$ROOT"/run/*/autostarted "$STOCK/libvirtd.pid"
+  export -f in_private_root
+  LIBVIRT_LOG_OUTPUTS="3:file:$LOGS/libvirtd.log" start_daemon "$LOGS/libvirtd.out" \
+    bash -c 'in_private_root "$@"' sh "$NS" "$ROOT" "" /usr/sbin/libvirtd -p "$STOCK/libvirtd.pid"
+  wait_for 150 libvirtd V uri
+  wait_for 50 libvirtd test -s "$STOCK/libvirtd.pid"
+  record libvirtd "$(cat "$STOCK/libvirtd.pid")"
+  log "rebooted: libvirtd $(pid_of libvirtd) (was $old); running: $(V list --name | tr '\n' ' ')"
   exit 0
 fi
 
@@ -100,7 +123,11 @@ chmod 711 "$STOCK/ssh" # sshd reads authorized_keys as the user; the client key 
 # ---- 1. network namespace and this machine's leg, on a free /24 ----------------------------------------
 LAB_SUBNET=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["subnet"])' \
   "${LAB_DIR:-/tmp/egress-lab}/env.json" 2>/dev/null || true)
-SUBNET=$(pick_subnet "$LAB_SUBNET")
+# A second profile (test/lab/reboot-host.sh) keeps off the first one's subnet too.
+OTHER_STOCK_SUBNET=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["subnet"])' \
+  /tmp/egress-stock-lab/env.json 2>/dev/null || true)
+[ "$STOCK" = /tmp/egress-stock-lab ] && OTHER_STOCK_SUBNET=
+SUBNET=$(pick_subnet "$LAB_SUBNET" "$OTHER_STOCK_SUBNET")
 echo "$SUBNET" >"$STOCK/subnet"
 HOST_ADDR=$SUBNET.254/24
 log "stock-host subnet $SUBNET.0/24 (used by nothing on this machine)"
@@ -109,12 +136,12 @@ ip netns add "$NS"
 remember_undo release_netns_mount
 remember_undo ip netns del "$NS"
 ip -n "$NS" link set lo up
-ip link add stock-host type veth peer name stock-host-br
-remember_undo ip link del stock-host
-ip link set stock-host-br netns "$NS"
-ip addr add "$HOST_ADDR" dev stock-host
-ip link set stock-host up
-ip -n "$NS" link set stock-host-br up
+ip link add "$VETH" type veth peer name "$VETH-br"
+remember_undo ip link del "$VETH"
+ip link set "$VETH-br" netns "$NS"
+ip addr add "$HOST_ADDR" dev "$VETH"
+ip link set "$VETH" up
+ip -n "$NS" link set "$VETH-br" up
 
 # ---- 2. the user, as an administrator would add one -------------------------------------------------
 if ! id "$SSH_USER" >/dev/null 2>&1; then

@@ -269,9 +269,14 @@ describe("ProxmoxProxy lifecycle against the simulator", () => {
       assert.equal(read.props.ip, outs.ip);
     });
 
-    it("returns no id when the VM was deleted out of band (refresh drops it)", async () => {
+    it("keeps a VM deleted out of band while its seed is left (marked for replacement), drops it once nothing is", async () => {
       const { id, outs } = await createdProxy(env.sim);
       env.sim.removeVmOutOfBand(outs.vmid);
+      const kept = await provider.read(id, { ...outs });
+      assert.equal(kept.id, id);
+      assert.match(String(kept.props.replaceBecause), /VM \d+ gone .*seed .* left behind/);
+      assert.equal(kept.inputs?.replaceBecause, kept.props.replaceBecause);
+      env.sim.storages.get("seeds")!.files.delete(String(outs.seedVolume));
       const read = await provider.read(id, { ...outs });
       assert.equal(read.id, undefined);
     });

@@ -125,13 +125,18 @@ describe("ProxmoxProxy read: drift, identity by mark, adoption (simulator)", () 
     assert.equal(env.sim.isoFile("seeds", `${inputs.vmName}-seed.iso`), undefined);
   });
 
-  it("another VM of this stack at our VMID means ours is gone: refresh drops it, delete leaves it alone", async () => {
+  it("another VM of this stack at our VMID means ours is gone: refresh keeps it for its seed, delete leaves the VM alone", async () => {
     const { id, outs, inputs } = await createdProxy();
     const later = createMark(OWNER, new Date(Date.parse(String(outs.createdAt)) + 60_000));
     env.sim.vms.get(outs.vmid)!.config.description = vmDescription(String(inputs.vmName), later);
-    assert.deepEqual(await provider.read(id, { ...outs }), { props: {} });
-    await provider.deleteProxy(id, { ...outs });
+    // Our seed is still there: state keeps naming it, marked, and the replacement's delete removes it.
+    const kept = await provider.read(id, { ...outs });
+    assert.equal(kept.id, id);
+    assert.match(String(kept.props.replaceBecause), /gone .* left behind/);
+    await provider.deleteProxy(id, kept.props);
     assert.equal(env.sim.vms.has(outs.vmid), true, "the other VM is untouched");
+    assert.equal(env.sim.isoFile("seeds", String(outs.seedVolume).split("/")[1]!), undefined);
+    assert.deepEqual(await provider.read(id, { ...outs }), { props: {} });
   });
 
   it("still refuses a VM at our VMID with our name and no mark, naming the fix", async () => {

@@ -238,6 +238,23 @@ export class PveSimulator {
     vm.paused = true;
   }
 
+  /**
+   * The node rebooted: every VM stopped, then the ones with `onboot=1` started
+   * again (PVE's pve-guests service at boot), their guest agents booting anew.
+   */
+  rebootNode(): void {
+    for (const vm of this.vms.values()) {
+      vm.status = "stopped";
+      vm.paused = false;
+      vm.startedAt = undefined;
+    }
+    for (const vm of this.vms.values())
+      if (vm.config.template !== "1" && /^1$/.test(vm.config.onboot ?? "")) {
+        vm.status = "running";
+        vm.startedAt = Date.now();
+      }
+  }
+
   /** Someone deleted the VM out of band. */
   removeVmOutOfBand(vmid: number): void {
     this.vms.delete(vmid);

@@ -42,6 +42,8 @@ const LAB_SECONDS: Record<string, number> = {
   "engine/stock-host.test.js": 150, // (1, UEFI) zero-config on a stock host
   "lab/egress.test.js": 130, // (2) squid with auth, NAT, check
   "lab/kvm-proxy.test.js": 95, // (1 + 10 that are not waited for)
+  "engine/kvm-heal.test.js": 65, // (2, and 4 replacements not waited for) heal on refresh + up
+  "engine/kvm-reboot.test.js": 50, // (2, not waited for) a private libvirtd, up and restarted
   "engine/kvm.test.js": 25,
   "lab/kvm-no-leak.test.js": 85,
   "lab/libvirt-local.test.js": 20,
@@ -61,6 +63,7 @@ const QUICK_SECONDS: Record<string, number> = {
   "engine/frozen-api.test.js": 3.5,
   "engine/kubernetes-optional.test.js": 4.3,
   "engine/preview-unknowns.test.js": 12.2,
+  "engine/proxmox-heal.test.js": 38, // mostly waiting out readiness and delete budgets
   "engine/proxmox.test.js": 15.2,
   "engine/secrets.test.js": 6.8,
   "engine/static.test.js": 2.1,
