@@ -14,7 +14,7 @@ import {
   proxmoxClient,
   type ConnectionInputs,
 } from "../provider/proxmox/leftovers";
-import { deleteProxy } from "../provider/proxmox/provider";
+import { remove as removeProxmoxProxy } from "../provider/proxmox/provider";
 import { NAME_PATTERN } from "./names";
 import type { PlanEntry } from "./plan";
 
@@ -120,7 +120,7 @@ export async function deleteProxmoxEntry(
   const node = config.nodes.find((candidate) => candidate.node === item.host);
   if (node === undefined)
     throw new PermanentError(`node ${item.host} is not in proxmox backend ${config.name}`);
-  return deleteProxy(item.resourceId, {
+  return removeProxmoxProxy(item.resourceId, {
     ...inputs,
     vmName: item.name,
     owner: item.ownership.mark.owner,

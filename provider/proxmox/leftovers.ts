@@ -4,7 +4,7 @@
  * ISOs (`<vm>-seed.iso` on a node's seed storage) whose VM is gone. Listing
  * never throws: a failure makes the listing incomplete, and then nothing is
  * deleted on this backend. A listed VM is deleted through ProxmoxProxy's own
- * delete (provider.ts `deleteProxy`), a listed seed here (`deleteSeedLeftover`).
+ * delete (provider.ts `remove`), a listed seed here (`deleteSeedLeftover`).
  */
 import { Deadline } from "../common/deadline";
 import { isNotFound, PermanentError } from "../common/errors";

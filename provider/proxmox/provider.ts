@@ -80,9 +80,9 @@ import { observedInputs } from "./observed";
  * those of docs/proxmox.md, "Proxmox VE behaviours we rely on".
  *
  * FROZEN: this module's path (dist/provider/proxmox/provider.js) and the
- * exports configure, check, diff, create, read, update and deleteProxy are
+ * exports configure, check, diff, create, read, update and remove are
  * required by the provider code stored in every ProxmoxProxy's state (see
- * resource.ts).
+ * resource.ts); so is deleteProxy, the name earlier versions' stored code calls.
  */
 
 type Props = Record<string, unknown>;
@@ -758,7 +758,7 @@ const CARRIED_KEYS = [
  * purge and destroy unreferenced disks, then the seed (an imgdel task, waited
  * for). Idempotent: a VM already gone still gets its seed removed.
  */
-export async function deleteProxy(id: string, props: Props): Promise<DeleteOutcome> {
+export async function remove(id: string, props: Props): Promise<DeleteOutcome> {
   const ref = parseResourceId(id);
   const vmName = String(props.vmName);
   const hostNames = endpointNamesOf(props);
@@ -926,3 +926,9 @@ async function bothSettled<A, B>(first: Promise<A>, second: Promise<B>): Promise
   if (b.status === "rejected") throw b.reason;
   return [a.value, b.value];
 }
+
+/**
+ * FROZEN: `remove` under the name the provider code stored in state by
+ * earlier releases calls (KvmProxy and StaticProxy always said `remove`).
+ */
+export const deleteProxy = remove;

@@ -27,7 +27,7 @@ const proxmoxProvider: pulumi.dynamic.ResourceProvider = {
   read: (id, props) => implementation.read(id, props) as Promise<pulumi.dynamic.ReadResult>,
   update: (id, olds, news) => implementation.update(id, olds, news),
   delete: async (id, props) => {
-    await implementation.deleteProxy(id, props);
+    await implementation.remove(id, props);
   },
 };
 

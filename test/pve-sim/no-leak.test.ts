@@ -139,7 +139,7 @@ describe("ProxmoxProxy create never leaks (failures injected in the simulator)",
         seeds: [`seeds:iso/${vmName}-seed.iso`],
       });
 
-      await provider.deleteProxy(error.id, outs);
+      await provider.remove(error.id, outs);
       await env.sim.settle();
       show("deleted", holdings(env.sim, vmName));
       assert.deepEqual(holdings(env.sim, vmName), { vms: [], seeds: [] });
@@ -163,7 +163,7 @@ describe("ProxmoxProxy create never leaks (failures injected in the simulator)",
     const { outs } = await provider.update(error.id, error.properties, news);
     assert.equal(`nodes/pve/qemu/${String(outs.vmid)}`, error.id);
     assert.deepEqual(holdings(env.sim, "noleak-slowclone").vms, [outs.vmid]);
-    await provider.deleteProxy(error.id, outs);
+    await provider.remove(error.id, outs);
     await env.sim.settle();
     assert.deepEqual(holdings(env.sim, "noleak-slowclone"), { vms: [], seeds: [] });
   });
@@ -177,7 +177,7 @@ describe("ProxmoxProxy create never leaks (failures injected in the simulator)",
     assert.ok(error instanceof PartialCreateError, String(error));
     assertHoldsWhatStateRecords(env.sim, "noleak-destroy", error);
     assert.equal(holdings(env.sim, "noleak-destroy").seeds.length, 1, "the seed was uploaded");
-    await provider.deleteProxy(error.id, error.properties);
+    await provider.remove(error.id, error.properties);
     await env.sim.settle();
     assert.deepEqual(holdings(env.sim, "noleak-destroy"), { vms: [], seeds: [] });
   });
@@ -196,7 +196,7 @@ describe("ProxmoxProxy create never leaks (failures injected in the simulator)",
     const { outs } = await provider.update(error.id, error.properties, news);
     assert.equal(outs.vmid, vmid, "cloned again into the VMID state records");
     assert.deepEqual(holdings(env.sim, "noleak-gone").vms, [vmid]);
-    await provider.deleteProxy(error.id, outs);
+    await provider.remove(error.id, outs);
     await env.sim.settle();
     assert.deepEqual(holdings(env.sim, "noleak-gone"), { vms: [], seeds: [] });
   });
@@ -214,7 +214,7 @@ describe("ProxmoxProxy create never leaks (failures injected in the simulator)",
     assert.equal(second.properties.__provider, SERIALIZED_PROVIDER);
     await env.sim.settle();
     assertHoldsWhatStateRecords(env.sim, "noleak-again", second);
-    await provider.deleteProxy(second.id, second.properties);
+    await provider.remove(second.id, second.properties);
     await env.sim.settle();
     assert.deepEqual(holdings(env.sim, "noleak-again"), { vms: [], seeds: [] });
   });

@@ -18,7 +18,7 @@ function tokensLackingOne(privileges: string[]): TokenSpec[] {
 
 async function fullLifecycle(inputs: Record<string, unknown>): Promise<void> {
   const { id, outs } = await provider.create(inputs);
-  await provider.deleteProxy(id, { ...outs });
+  await provider.remove(id, { ...outs });
 }
 
 describe("ProxmoxProxy with a least-privilege token (F17)", () => {

@@ -120,7 +120,7 @@ describe("ProxmoxProxy read: drift, identity by mark, adoption (simulator)", () 
       deleteBeforeReplace: false,
     });
 
-    await provider.deleteProxy(id, read.props);
+    await provider.remove(id, read.props);
     assert.equal(env.sim.vms.has(outs.vmid), false, "the renamed VM is deleted");
     assert.equal(env.sim.isoFile("seeds", `${inputs.vmName}-seed.iso`), undefined);
   });
@@ -133,7 +133,7 @@ describe("ProxmoxProxy read: drift, identity by mark, adoption (simulator)", () 
     const kept = await provider.read(id, { ...outs });
     assert.equal(kept.id, id);
     assert.match(String(kept.props.replaceBecause), /gone .* left behind/);
-    await provider.deleteProxy(id, kept.props);
+    await provider.remove(id, kept.props);
     assert.equal(env.sim.vms.has(outs.vmid), true, "the other VM is untouched");
     assert.equal(env.sim.isoFile("seeds", String(outs.seedVolume).split("/")[1]!), undefined);
     assert.deepEqual(await provider.read(id, { ...outs }), { props: {} });

@@ -63,7 +63,7 @@ describe("pve-sim: a rejected credential stops at once", () => {
     const props = { ...inputs, vmid: 20001 };
     for (const [what, call] of [
       ["read", () => provider.read(id, props)],
-      ["delete", () => provider.deleteProxy(id, props)],
+      ["delete", () => provider.remove(id, props)],
     ] as const) {
       const { requests, error } = await requestsDuring(env.sim, call);
       assert.equal(requests.length, 1, `${what}: ${requests.join(", ")}`);
