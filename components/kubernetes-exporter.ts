@@ -148,15 +148,6 @@ export function publishCheckExporter(
     labels,
     annotations: publishing.annotations,
   };
-  const listDirectory = "/proxies";
-  const probe = (initialDelaySeconds: number) => ({
-    httpGet: { path: "/healthz", port: "metrics" },
-    initialDelaySeconds,
-    periodSeconds: 30,
-    timeoutSeconds: 5,
-    failureThreshold: 3,
-  });
-
   const deployment = new k8s.apps.v1.Deployment(
     `${resourceNamePrefix}-check`,
     {
@@ -164,62 +155,7 @@ export function publishCheckExporter(
       spec: {
         replicas: 1,
         selector: { matchLabels: selector },
-        template: {
-          metadata: { labels },
-          spec: {
-            automountServiceAccountToken: false,
-            securityContext: {
-              runAsNonRoot: true,
-              runAsUser: NODE_IMAGE_USER,
-              runAsGroup: NODE_IMAGE_USER,
-              // The Secret's files are root's; fsGroup makes them group-readable by the node user.
-              fsGroup: NODE_IMAGE_USER,
-              seccompProfile: { type: "RuntimeDefault" },
-            },
-            containers: [
-              {
-                name: "check",
-                image: exporter.image ?? EXPORTER_DEFAULTS.image,
-                command: exporterCommand(exporter, `${listDirectory}/proxies.json`),
-                // npx installs into its cache: HOME and the cache on the writable emptyDir.
-                env: [
-                  { name: "HOME", value: "/tmp" },
-                  { name: "npm_config_cache", value: "/tmp/.npm" },
-                  { name: "npm_config_update_notifier", value: "false" },
-                ],
-                ports: [{ name: "metrics", containerPort: port, protocol: "TCP" }],
-                // The first start downloads the package: liveness waits for it.
-                livenessProbe: probe(300),
-                readinessProbe: { ...probe(5), periodSeconds: 10 },
-                resources: {
-                  requests: { cpu: "20m", memory: "96Mi" },
-                  limits: { memory: "256Mi" },
-                },
-                securityContext: {
-                  allowPrivilegeEscalation: false,
-                  readOnlyRootFilesystem: true,
-                  capabilities: { drop: ["ALL"] },
-                },
-                volumeMounts: [
-                  { name: "proxies", mountPath: listDirectory, readOnly: true },
-                  { name: "tmp", mountPath: "/tmp" },
-                ],
-              },
-            ],
-            volumes: [
-              {
-                name: "proxies",
-                // A directory mount (no subPath): the kubelet updates it when the Secret changes.
-                secret: {
-                  secretName: publishing.name,
-                  items: [{ key: "proxies.json", path: "proxies.json" }],
-                  defaultMode: 0o440,
-                },
-              },
-              { name: "tmp", emptyDir: { sizeLimit: "512Mi" } },
-            ],
-          },
-        },
+        template: { metadata: { labels }, spec: exporterPodSpec(exporter, publishing.name, port) },
       },
     },
     options,
@@ -247,4 +183,75 @@ export function publishCheckExporter(
   );
 
   return { deployment, service };
+}
+
+/** Where the pod mounts the Secret's proxies.json. */
+const LIST_DIRECTORY = "/proxies";
+
+/** The exporter's pod: non-root, read-only root, the proxy list from the Secret, probes on /healthz. */
+function exporterPodSpec(
+  exporter: CheckExporterArgs,
+  secretName: pulumi.Input<string>,
+  port: number,
+) {
+  const probe = (initialDelaySeconds: number) => ({
+    httpGet: { path: "/healthz", port: "metrics" },
+    initialDelaySeconds,
+    periodSeconds: 30,
+    timeoutSeconds: 5,
+    failureThreshold: 3,
+  });
+  return {
+    automountServiceAccountToken: false,
+    securityContext: {
+      runAsNonRoot: true,
+      runAsUser: NODE_IMAGE_USER,
+      runAsGroup: NODE_IMAGE_USER,
+      // The Secret's files are root's; fsGroup makes them group-readable by the node user.
+      fsGroup: NODE_IMAGE_USER,
+      seccompProfile: { type: "RuntimeDefault" },
+    },
+    containers: [
+      {
+        name: "check",
+        image: exporter.image ?? EXPORTER_DEFAULTS.image,
+        command: exporterCommand(exporter, `${LIST_DIRECTORY}/proxies.json`),
+        // npx installs into its cache: HOME and the cache on the writable emptyDir.
+        env: [
+          { name: "HOME", value: "/tmp" },
+          { name: "npm_config_cache", value: "/tmp/.npm" },
+          { name: "npm_config_update_notifier", value: "false" },
+        ],
+        ports: [{ name: "metrics", containerPort: port, protocol: "TCP" }],
+        // The first start downloads the package: liveness waits for it.
+        livenessProbe: probe(300),
+        readinessProbe: { ...probe(5), periodSeconds: 10 },
+        resources: {
+          requests: { cpu: "20m", memory: "96Mi" },
+          limits: { memory: "256Mi" },
+        },
+        securityContext: {
+          allowPrivilegeEscalation: false,
+          readOnlyRootFilesystem: true,
+          capabilities: { drop: ["ALL"] },
+        },
+        volumeMounts: [
+          { name: "proxies", mountPath: LIST_DIRECTORY, readOnly: true },
+          { name: "tmp", mountPath: "/tmp" },
+        ],
+      },
+    ],
+    volumes: [
+      {
+        name: "proxies",
+        // A directory mount (no subPath): the kubelet updates it when the Secret changes.
+        secret: {
+          secretName,
+          items: [{ key: "proxies.json", path: "proxies.json" }],
+          defaultMode: 0o440,
+        },
+      },
+      { name: "tmp", emptyDir: { sizeLimit: "512Mi" } },
+    ],
+  };
 }
