@@ -35,6 +35,13 @@ export interface CheckExporterArgs {
   image?: string;
   /** What npx runs. Default `egress-proxies@<this package's version>`. */
   packageSpec?: string;
+  /**
+   * Keep the EndpointSlice's ready conditions as current as the last check
+   * between `pulumi up`s (`check --endpointslice`), with a service account
+   * that may only get and patch that slice. Default true; false leaves
+   * readiness to `pulumi up` alone and mounts no API token.
+   */
+  keepSliceReadiness?: boolean;
 }
 
 export const EXPORTER_DEFAULTS = {
@@ -78,11 +85,17 @@ export function checkExporterArgsProblems(
   whole(exporter.intervalSeconds, "intervalSeconds", 1, 86_400);
   whole(exporter.timeoutSeconds, "timeoutSeconds", 1, 600);
   whole(exporter.port, "port", 1024, 65_535);
+  if (exporter.keepSliceReadiness !== undefined && typeof exporter.keepSliceReadiness !== "boolean")
+    problems.push(`${field}.keepSliceReadiness must be true or false`);
   return problems;
 }
 
 /** The container's command line: `npx` the package and run the exporter on the mounted list. */
-export function exporterCommand(exporter: CheckExporterArgs, listPath: string): string[] {
+export function exporterCommand(
+  exporter: CheckExporterArgs,
+  listPath: string,
+  slice?: pulumi.Input<string>,
+): pulumi.Input<string>[] {
   const port = exporter.port ?? EXPORTER_DEFAULTS.port;
   return [
     "npx",
@@ -102,6 +115,7 @@ export function exporterCommand(exporter: CheckExporterArgs, listPath: string): 
     ...(exporter.connect === undefined ? [] : ["--connect", exporter.connect]),
     ...(exporter.egressUrl === undefined ? [] : ["--egress-url", exporter.egressUrl]),
     ...(exporter.egressField === undefined ? [] : ["--egress-field", exporter.egressField]),
+    ...(slice === undefined ? [] : ["--endpointslice", slice]),
   ];
 }
 
@@ -113,6 +127,15 @@ export interface ExporterObjects {
   deployment: pulumi.CustomResource;
   /** `k8s.core.v1.Service` with prometheus.io scrape annotations. */
   service: pulumi.CustomResource;
+  /**
+   * With keepSliceReadiness: the ServiceAccount, and the Role and RoleBinding
+   * that let it get and patch the pool's EndpointSlice and nothing else.
+   */
+  sliceAccess?: {
+    serviceAccount: pulumi.CustomResource;
+    role: pulumi.CustomResource;
+    roleBinding: pulumi.CustomResource;
+  };
 }
 
 /**
@@ -125,6 +148,8 @@ export function publishCheckExporter(
     namespace: pulumi.Input<string>;
     /** The Secret holding proxies.json, and the prefix of the exporter's object names. */
     name: pulumi.Input<string>;
+    /** The EndpointSlice whose ready conditions the exporter keeps current. */
+    sliceName: pulumi.Input<string>;
     labels: pulumi.Input<Record<string, pulumi.Input<string>>>;
     annotations: Record<string, string>;
   },
@@ -148,6 +173,10 @@ export function publishCheckExporter(
     labels,
     annotations: publishing.annotations,
   };
+  const sliceAccess =
+    exporter.keepSliceReadiness === false
+      ? undefined
+      : declareSliceAccess(k8s, resourceNamePrefix, metadata, publishing.sliceName, options);
   const deployment = new k8s.apps.v1.Deployment(
     `${resourceNamePrefix}-check`,
     {
@@ -155,10 +184,20 @@ export function publishCheckExporter(
       spec: {
         replicas: 1,
         selector: { matchLabels: selector },
-        template: { metadata: { labels }, spec: exporterPodSpec(exporter, publishing.name, port) },
+        template: {
+          metadata: { labels },
+          spec: exporterPodSpec(exporter, publishing.name, port, {
+            ...(sliceAccess === undefined
+              ? {}
+              : {
+                  serviceAccountName: name,
+                  slice: pulumi.interpolate`${publishing.namespace}/${publishing.sliceName}`,
+                }),
+          }),
+        },
       },
     },
-    options,
+    { ...options, dependsOn: sliceAccess === undefined ? [] : [sliceAccess.roleBinding] },
   );
 
   const service = new k8s.core.v1.Service(
@@ -182,7 +221,56 @@ export function publishCheckExporter(
     options,
   );
 
-  return { deployment, service };
+  return { deployment, service, ...(sliceAccess === undefined ? {} : { sliceAccess }) };
+}
+
+/**
+ * The exporter's own identity: a ServiceAccount whose Role names the one
+ * EndpointSlice (resourceNames) with the verbs `check --endpointslice` uses,
+ * get and patch. It can read or change nothing else in the namespace.
+ */
+function declareSliceAccess(
+  k8s: KubernetesModule,
+  resourceNamePrefix: string,
+  metadata: {
+    name: pulumi.Input<string>;
+    namespace: pulumi.Input<string>;
+    labels: pulumi.Input<Record<string, pulumi.Input<string>>>;
+    annotations: Record<string, string>;
+  },
+  sliceName: pulumi.Input<string>,
+  options: pulumi.CustomResourceOptions,
+): NonNullable<ExporterObjects["sliceAccess"]> {
+  const serviceAccount = new k8s.core.v1.ServiceAccount(
+    `${resourceNamePrefix}-check-account`,
+    { metadata, automountServiceAccountToken: false },
+    options,
+  );
+  const role = new k8s.rbac.v1.Role(
+    `${resourceNamePrefix}-check-slice`,
+    {
+      metadata,
+      rules: [
+        {
+          apiGroups: ["discovery.k8s.io"],
+          resources: ["endpointslices"],
+          resourceNames: [sliceName],
+          verbs: ["get", "patch"],
+        },
+      ],
+    },
+    options,
+  );
+  const roleBinding = new k8s.rbac.v1.RoleBinding(
+    `${resourceNamePrefix}-check-slice`,
+    {
+      metadata,
+      roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: metadata.name },
+      subjects: [{ kind: "ServiceAccount", name: metadata.name, namespace: metadata.namespace }],
+    },
+    { ...options, dependsOn: [serviceAccount, role] },
+  );
+  return { serviceAccount, role, roleBinding };
 }
 
 /** Where the pod mounts the Secret's proxies.json. */
@@ -193,6 +281,7 @@ function exporterPodSpec(
   exporter: CheckExporterArgs,
   secretName: pulumi.Input<string>,
   port: number,
+  sliceAccess: { serviceAccountName?: pulumi.Input<string>; slice?: pulumi.Input<string> },
 ) {
   const probe = (initialDelaySeconds: number) => ({
     httpGet: { path: "/healthz", port: "metrics" },
@@ -202,7 +291,10 @@ function exporterPodSpec(
     failureThreshold: 3,
   });
   return {
-    automountServiceAccountToken: false,
+    // The API token only when the exporter keeps the slice current, and then only its own account's.
+    ...(sliceAccess.serviceAccountName === undefined
+      ? { automountServiceAccountToken: false }
+      : { serviceAccountName: sliceAccess.serviceAccountName, automountServiceAccountToken: true }),
     securityContext: {
       runAsNonRoot: true,
       runAsUser: NODE_IMAGE_USER,
@@ -215,7 +307,7 @@ function exporterPodSpec(
       {
         name: "check",
         image: exporter.image ?? EXPORTER_DEFAULTS.image,
-        command: exporterCommand(exporter, `${LIST_DIRECTORY}/proxies.json`),
+        command: exporterCommand(exporter, `${LIST_DIRECTORY}/proxies.json`, sliceAccess.slice),
         // npx installs into its cache: HOME and the cache on the writable emptyDir.
         env: [
           { name: "HOME", value: "/tmp" },

@@ -180,12 +180,13 @@ export function publishToKubernetes(
     options,
   );
 
+  // The "<service>-" prefix is the convention; the slice's label is what ties it to the Service.
+  const sliceName = pulumi.interpolate`${args.name}-vms`;
   const endpointSlice = new k8s.discovery.v1.EndpointSlice(
     `${resourceNamePrefix}-endpoints`,
     {
       metadata: {
-        // The "<service>-" prefix is the convention; the label below is what ties it to the Service.
-        name: pulumi.interpolate`${args.name}-vms`,
+        name: sliceName,
         namespace: args.namespace,
         labels: pulumi.output(labels).apply((base) => ({
           ...base,
@@ -218,7 +219,7 @@ export function publishToKubernetes(
       ? undefined
       : publishCheckExporter(
           resourceNamePrefix,
-          { namespace: args.namespace, name: args.name, labels, annotations },
+          { namespace: args.namespace, name: args.name, sliceName, labels, annotations },
           args.exporter,
           // It reads the Secret's file: declared after it, so a first start finds the list.
           { ...options, dependsOn: [secret] },

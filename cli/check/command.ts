@@ -21,6 +21,16 @@ import {
   renderTable,
   type CheckReport,
 } from "./report";
+import {
+  describeSliceUpdate,
+  InClusterError,
+  inClusterApi,
+  parseSliceRef,
+  SliceRefError,
+  updateSliceReadiness,
+  type KubernetesApi,
+  type SliceRef,
+} from "./endpointslice";
 import { parseListenAddress, runExporter, ServeAddressError, type ListenAddress } from "./serve";
 import { InputError, targetFromUrl, targetsFromDocument, type ProxyTarget } from "./targets";
 
@@ -28,7 +38,7 @@ export const CHECK_USAGE = `usage: egress-proxies check --target <http://url> [-
          [--egress-url <http://url> [--egress-field <name>]]
          [--from <file>|- | --proxy <http://[user:pass@]host:port> ...]
          [--user <name>] [--timeout 10] [--concurrency 32] [--json] [--all] [--prometheus <file>]
-         [--serve <host:port> [--interval 60]]
+         [--serve <host:port> [--interval 60] [--endpointslice <namespace>/<name>]]
   Input: \`pulumi stack output --json --show-secrets\` (a file, or stdin) or a published proxies.json;
   without --from or --proxy, stdin is read. Proxies without credentials in their URL use --user and
   the password in $EGRESS_PROXY_PASSWORD.
@@ -37,7 +47,9 @@ export const CHECK_USAGE = `usage: egress-proxies check --target <http://url> [-
   Exit status: 0 all proxies up, 1 some down, 2 usage.
   --serve keeps running as an exporter: checks every --interval seconds and serves /metrics (the same
   metrics as --prometheus) and /healthz on host:port (:port listens on every interface); a --from file
-  is read again before each check; SIGTERM or SIGINT ends it with status 0.`;
+  is read again before each check; SIGTERM or SIGINT ends it with status 0. --endpointslice (in the
+  cluster, as the pod's service account) sets the ready condition of each member of that EndpointSlice
+  to what the last check found.`;
 
 export interface CheckIo {
   out(text: string): void;
@@ -56,7 +68,7 @@ interface CheckOptions {
   json: boolean;
   all: boolean;
   prometheus?: string;
-  serve?: { listen: ListenAddress; intervalMs: number };
+  serve?: { listen: ListenAddress; intervalMs: number; endpointSlice?: SliceRef };
 }
 
 export async function check(argv: string[], io: CheckIo): Promise<number> {
@@ -87,6 +99,7 @@ export async function check(argv: string[], io: CheckIo): Promise<number> {
 const isUsageError = (error: unknown): boolean =>
   error instanceof InputError ||
   error instanceof ServeAddressError ||
+  error instanceof SliceRefError ||
   ((error as { code?: string }).code?.startsWith("ERR_PARSE_ARGS") ?? false);
 
 async function checkAll(
@@ -114,6 +127,22 @@ async function serve(
   const { options } = parsed;
   const rereads = parsed.sources.from !== undefined && parsed.sources.from !== "-";
   let targets = firstTargets;
+  let keepSlice: ((report: CheckReport) => Promise<void>) | undefined;
+  if (settings.endpointSlice !== undefined) {
+    const ref = settings.endpointSlice;
+    let api: KubernetesApi;
+    try {
+      api = inClusterApi(io.env);
+    } catch (error) {
+      if (!(error instanceof InClusterError)) throw error;
+      io.err(`egress-proxies check: ${error.message}`);
+      return CHECK_EXIT.usage;
+    }
+    keepSlice = async (report) => {
+      const line = describeSliceUpdate(ref, await updateSliceReadiness(api, ref, report));
+      if (line !== undefined) io.err(`egress-proxies check: ${line}`);
+    };
+  }
   const stop = io.stopSignal();
   try {
     await runExporter(
@@ -124,9 +153,10 @@ async function serve(
           if (rereads) targets = await readTargets(parsed.sources, parsed.user, io);
           return checkAll(targets, options);
         },
-        afterCheck: (report) => {
+        afterCheck: async (report) => {
           if (options.prometheus !== undefined)
             writeAtomically(options.prometheus, renderPrometheus(report));
+          await keepSlice?.(report);
         },
         log: (line) => io.err(`egress-proxies check: ${line}`),
       },
@@ -164,6 +194,7 @@ function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
       prometheus: { type: "string" },
       serve: { type: "string" },
       interval: { type: "string" },
+      endpointslice: { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
     strict: true,
@@ -197,9 +228,17 @@ function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
     if (values.json)
       throw new InputError("--json prints one check; --serve serves /metrics instead");
     const interval = wholeNumber(values.interval ?? "60", "--interval", 1, 86_400);
-    serve = { listen: parseListenAddress(values.serve), intervalMs: interval * 1000 };
+    serve = {
+      listen: parseListenAddress(values.serve),
+      intervalMs: interval * 1000,
+      ...(values.endpointslice === undefined
+        ? {}
+        : { endpointSlice: parseSliceRef(values.endpointslice) }),
+    };
   } else if (values.interval !== undefined)
     throw new InputError("--interval needs --serve (a one-shot check runs once)");
+  else if (values.endpointslice !== undefined)
+    throw new InputError("--endpointslice needs --serve (the exporter keeps the slice current)");
   return {
     options: {
       plan: { target: values.target, connect: values.connect, egress, timeoutMs: timeout * 1000 },

@@ -40,8 +40,8 @@ export interface ExporterOptions {
   intervalMs: number;
   /** One full check of every proxy; bounded by the per-proxy --timeout and --concurrency. */
   runCheck(): Promise<CheckReport>;
-  /** After each check (the textfile, a log line); its failure is logged, never fatal. */
-  afterCheck?(report: CheckReport): void;
+  /** After each check (the textfile, the EndpointSlice); its failure is logged, never fatal. */
+  afterCheck?(report: CheckReport): void | Promise<void>;
   log(line: string): void;
 }
 
@@ -186,7 +186,7 @@ export async function runExporter(options: ExporterOptions, stop: AbortSignal): 
         state.recordCheck(report, Date.now() - started, Date.now());
         options.log(`${report.checkedAt} ${summaryLine(summarize(report.results))}`);
         try {
-          options.afterCheck?.(report);
+          await options.afterCheck?.(report);
         } catch (error) {
           options.log(`after the check: ${(error as Error).message}`);
         }

@@ -54,9 +54,14 @@ export async function until<T>(
 }
 
 /** Starts `egress-proxies check --serve 127.0.0.1:0 <args>` with `stdin` and waits until it listens. */
-export async function startExporter(args: string[], stdin = ""): Promise<RunningExporter> {
+export async function startExporter(
+  args: string[],
+  stdin = "",
+  env: Record<string, string> = {},
+): Promise<RunningExporter> {
   const child = spawn(process.execPath, [CHECK_BIN, "check", "--serve", "127.0.0.1:0", ...args], {
     stdio: ["pipe", "pipe", "pipe"],
+    env: { ...process.env, ...env },
   });
   let log = "";
   child.stderr.on("data", (chunk: Buffer) => (log += chunk.toString()));

@@ -561,7 +561,43 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       "http://example.com/",
       "--connect",
       "example.com:443",
+      "--endpointslice",
+      "crawlers/egress-vms",
     ]);
+    // Its own account, allowed to get and patch that one slice and nothing else.
+    assert.equal(
+      (deployment.spec.template.spec as unknown as { serviceAccountName: string })
+        .serviceAccountName,
+      "egress-check",
+    );
+    const role = byType("kubernetes:rbac.authorization.k8s.io/v1:Role") as {
+      rules: Array<{
+        apiGroups: string[];
+        resources: string[];
+        resourceNames: string[];
+        verbs: string[];
+      }>;
+    };
+    assert.deepEqual(role.rules, [
+      {
+        apiGroups: ["discovery.k8s.io"],
+        resources: ["endpointslices"],
+        resourceNames: ["egress-vms"],
+        verbs: ["get", "patch"],
+      },
+    ]);
+    const binding = byType("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding") as {
+      roleRef: { name: string };
+      subjects: Array<{ kind: string; name: string; namespace: string }>;
+    };
+    assert.equal(binding.roleRef.name, "egress-check");
+    assert.deepEqual(binding.subjects, [
+      { kind: "ServiceAccount", name: "egress-check", namespace: "crawlers" },
+    ]);
+    const slice = byType("kubernetes:discovery.k8s.io/v1:EndpointSlice") as {
+      metadata: { name: string };
+    };
+    assert.equal(slice.metadata.name, "egress-vms");
     assert.equal(container.image, "node:26-slim");
     assert.equal(container.livenessProbe.httpGet.path, "/healthz");
     assert.equal(container.securityContext.readOnlyRootFilesystem, true);
@@ -588,6 +624,38 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     assert.equal(metrics.spec.ports[0]!.port, 9464);
     // The proxies' Service still has no selector.
     assert.equal(services.find((s) => s.metadata.name === "egress")!.spec.selector, undefined);
+  });
+
+  it("with keepSliceReadiness false the exporter gets no API token and no account", async () => {
+    const instance = new pool.EgressProxyPool("tokenless", {
+      backends: [KVM("kvm1")],
+      count: 1,
+      kubernetes: {
+        namespace: "crawlers",
+        name: "quiet",
+        exporter: { target: "http://example.com/", keepSliceReadiness: false },
+      },
+    });
+    await valueOf(instance.endpoints);
+    await settle();
+    const deployment = plain(
+      registered.find(
+        (r) => r.type === "kubernetes:apps/v1:Deployment" && r.name.startsWith("tokenless"),
+      )!.inputs,
+    ) as {
+      spec: {
+        template: {
+          spec: { automountServiceAccountToken: boolean; containers: Array<{ command: string[] }> };
+        };
+      };
+    };
+    assert.equal(deployment.spec.template.spec.automountServiceAccountToken, false);
+    assert.ok(!deployment.spec.template.spec.containers[0]!.command.includes("--endpointslice"));
+    assert.equal(
+      registered.filter((r) => r.name.startsWith("tokenless") && /rbac|ServiceAccount/.test(r.type))
+        .length,
+      0,
+    );
   });
 
   it("refuses bad exporter arguments with the field and the fix", () => {
