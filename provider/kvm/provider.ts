@@ -29,6 +29,14 @@ import {
 import { logToEngine } from "../common/engine-log";
 import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
+import {
+  EgressHealFailedError,
+  type EgressProblem,
+  needsEgressRestart,
+  recheckOnRead,
+  rotationDue,
+  withEgressHeal,
+} from "../common/egress-recheck";
 import { safeErrorMessage } from "../common/redact";
 import type { DomainHandle, StoragePoolHandle, StorageVolHandle } from "../libvirt-rpc-xdr";
 import { buildNoCloudSeed } from "../nocloud";
@@ -78,6 +86,8 @@ export interface KvmProxyOutputs extends KvmProxyInputs {
   /** What the egress check saw at create (see common/egress.ts); absent in older state. */
   egressIp?: string | null;
   checkedAt?: string | null;
+  /** What the last egress re-check found wrong (common/egress-recheck.ts); null or absent when none. */
+  egressProblem?: EgressProblem | null;
 }
 
 /** Progress lines for the user's `pulumi up` (the engine's log when running under Pulumi). */
@@ -109,7 +119,7 @@ export async function diff(
   olds: Props,
   news: Props,
 ): Promise<pulumi.dynamic.DiffResult> {
-  const decision = decideDiff(KVM_CHANGE_TABLE, olds, news);
+  const decision = withEgressHeal(decideDiff(KVM_CHANGE_TABLE, olds, news), olds, news);
   return {
     changes: decision.changes,
     replaces: decision.replaces,
@@ -418,6 +428,8 @@ async function readWithin(
   ]);
   const mac = description.mac ?? macAddressFor(description.name);
   const ip = await currentAddress(session.host, handle, state, mac, props.ip);
+  const recheck = await recheckOnRead(target, { serving: state === "running", address: ip }, props, deadline);
+  const rotation = rotationDue(target, mark.createdAt, recheck.finding);
   const outputs: Props = {
     ...observedInputs(inputsOnly(props, OUTPUT_KEYS), {
       description,
@@ -433,6 +445,8 @@ async function readWithin(
     endpoint: ip ? `http://${ip}:${target.readiness.port}` : null,
     createdAt: mark.createdAt,
     libvirtUuid: uuidText(handle.uuid),
+    ...recheck.outputs,
+    ...(rotation === undefined ? {} : { rotation }),
   };
   return {
     id: kvmResourceId(session.label, description.name),
@@ -502,12 +516,14 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   if (isIncompleteCreate(olds)) return continueCreate(id, news, create);
   const inputs = checkedInputs(news);
   const outs = carriedOutputs(olds, inputs, CARRIED_KEYS);
-  const changes = inPlaceChanges(olds, inputs);
-  if (!anyInPlaceChange(changes)) return { outs };
+  const changes = { ...inPlaceChanges(olds, inputs), restart: needsEgressRestart(olds, inputs) };
+  if (!anyInPlaceChange(changes) && !changes.restart) return { outs };
   const deadline = deadlineFor(inputs.timeouts, "create");
   const live = await stepsWithin(deadline, progressLog)("update", () =>
     applyOnHost(id, olds, inputs, changes, deadline),
-  );
+  ).catch((error: unknown) => {
+    throw changes.restart ? new EgressHealFailedError(id, outs, toError(error), news) : error;
+  });
   return { outs: plain({ ...outs, ...live }) };
 }
 
@@ -520,7 +536,7 @@ async function applyOnHost(
   id: string,
   olds: Props,
   inputs: KvmProxyInputs,
-  changes: InPlaceChanges,
+  changes: InPlaceChanges & { restart: boolean },
   deadline: Deadline,
 ): Promise<Props> {
   const session = await openHost(inputs, deadline);
@@ -533,17 +549,22 @@ async function applyOnHost(
   const description = parseDomainXml(await session.host.definedXml(handle));
   requireOurs(description.mark, inputs, `domain ${description.name} on ${session.label}`);
   if (changes.startOnBoot) await session.host.setAutostart(handle, inputs.startOnBoot);
-  if (!changes.running) return {};
+  if (!changes.running && !changes.restart) return {};
   if (!inputs.running) {
     progressLog(`KvmProxy ${vmName}: shutting down (running: false)`);
     await stopDomain(session.host, handle, deadline);
     return { state: "stopped", ip: null, endpoint: null };
   }
-  progressLog(`KvmProxy ${vmName}: starting it again (refresh found it not running)`);
+  if (changes.restart) {
+    // squid does not answer on a running VM: a hard reset, as a crashed VM would get.
+    progressLog(`KvmProxy ${vmName}: restarting it (refresh found its proxy not answering)`);
+    await session.host.destroyDomain(handle);
+  } else progressLog(`KvmProxy ${vmName}: starting it again (refresh found it not running)`);
   await session.host.startDomain(handle);
   const ip = await waitForReadiness(session.host, handle, inputs, deadline);
   const egress = await egressAtReadiness(ip, inputs, deadline);
-  return { state: "running", ip, endpoint: ip ? endpointOf(ip, inputs) : null, ...egress };
+  const endpoint = ip ? endpointOf(ip, inputs) : null;
+  return { state: "running", ip, endpoint, ...egress, egressProblem: null };
 }
 
 /**
@@ -645,6 +666,9 @@ function hostTargetOf(props: Props) {
     pool: field("pool"),
     owner,
     readiness: field("readiness"),
+    egressCheck: field("egressCheck"),
+    egressRecheck: field("egressRecheck"),
+    rotateAfterDays: field("rotateAfterDays"),
     timeouts,
   };
 }
@@ -662,6 +686,7 @@ const CARRIED_KEYS = [
   "libvirtUuid",
   "egressIp",
   "checkedAt",
+  "egressProblem",
 ] as const satisfies readonly (keyof KvmProxyOutputs)[];
 const OUTPUT_KEYS: readonly string[] = CARRIED_KEYS;
 /** The output keys the resource class declares. */
