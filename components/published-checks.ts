@@ -24,15 +24,18 @@ const SERVING_STATES = new Set(["running", "reachable"]);
  * Whether the pool publishes a proxy as ready: a proxy whose last read
  * (create, or a refresh) found it stopped, paused, crashed or unreachable is
  * not (false: Kubernetes sends it no traffic), whatever was checked at create;
- * otherwise what readiness checked then (true), or nothing checked (null).
+ * nor is one whose last egress re-check failed (`egressProblem`); otherwise
+ * what readiness checked then (true), or nothing checked (null).
  * `state` is absent in state written before it was reported: judged as before.
  */
 export function publishedReadiness(
   state: string | null | undefined,
   checkedAt: string | null | undefined,
   readinessChecksTheProxy: boolean,
+  egressProblem?: unknown,
 ): boolean | null {
   if (typeof state === "string" && !SERVING_STATES.has(state)) return false;
+  if (egressProblem !== null && egressProblem !== undefined) return false;
   return checkedAt && readinessChecksTheProxy ? true : null;
 }
 

@@ -161,17 +161,14 @@ export function rotationDue(
   now = Date.now(),
 ): string | undefined {
   const restartedAt = finding?.egressProblem?.restartedAt;
-  if (restartedAt !== undefined) return `replace: no egress answer after the restart at ${restartedAt}`;
+  if (restartedAt !== undefined)
+    return `replace: no egress answer after the restart at ${restartedAt}`;
   const days = inputs.rotateAfterDays;
   if (days === undefined || typeof createdAt !== "string") return undefined;
   const born = Date.parse(createdAt);
   if (Number.isNaN(born) || now - born < days * 86_400_000) return undefined;
   return `replace: older than ${days} days (created ${createdAt})`;
 }
-
-/** Whether a `rotation` value is one a refresh reported (rather than the user's text). */
-export const isReportedRotation = (rotation: unknown): boolean =>
-  typeof rotation === "string" && rotation.startsWith("replace: ");
 
 /**
  * An `up` restarted the VM and it still did not answer. Shaped as Pulumi's

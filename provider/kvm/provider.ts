@@ -428,7 +428,12 @@ async function readWithin(
   ]);
   const mac = description.mac ?? macAddressFor(description.name);
   const ip = await currentAddress(session.host, handle, state, mac, props.ip);
-  const recheck = await recheckOnRead(target, { serving: state === "running", address: ip }, props, deadline);
+  const recheck = await recheckOnRead(
+    target,
+    { serving: state === "running", address: ip },
+    props,
+    deadline,
+  );
   const rotation = rotationDue(target, mark.createdAt, recheck.finding);
   const outputs: Props = {
     ...observedInputs(inputsOnly(props, OUTPUT_KEYS), {

@@ -152,7 +152,11 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
   declare readonly checkedAt: pulumi.Output<string | null>;
   /** What the last egress re-check found wrong ({ reason, since, restartedAt? }); null when it passed or none ran. */
-  declare readonly egressProblem: pulumi.Output<{ reason: string; since: string; restartedAt?: string } | null>;
+  declare readonly egressProblem: pulumi.Output<{
+    reason: string;
+    since: string;
+    restartedAt?: string;
+  } | null>;
 
   /**
    * Adopts an existing proxy VM by id (`hosts/<host>/domains/<vmName>`, with

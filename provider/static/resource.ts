@@ -43,8 +43,8 @@ export interface StaticProxyArgs {
   /**
    * Re-check the proxy on every refresh that finds it running: its port, then
    * `egressCheck` through it (3 tries, each capped as at create). A proxy that
-   * does not answer is recorded in `egressProblem` and `state: unreachable`;
-   * reports it (published not ready: it is not ours to heal); a new exit
+   * does not answer is recorded in `egressProblem` and `state: unreachable`
+   * (the pool publishes it not ready; it is not ours to heal); a new exit
    * address is accepted. Default off; EgressProxyPool turns it on. docs/day2.md.
    */
   egressRecheck?: pulumi.Input<boolean>;
@@ -72,7 +72,11 @@ export class StaticProxy extends pulumi.dynamic.Resource {
   /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
   declare readonly checkedAt: pulumi.Output<string | null>;
   /** What the last egress re-check found wrong ({ reason, since, restartedAt? }); null when it passed or none ran. */
-  declare readonly egressProblem: pulumi.Output<{ reason: string; since: string; restartedAt?: string } | null>;
+  declare readonly egressProblem: pulumi.Output<{
+    reason: string;
+    since: string;
+    restartedAt?: string;
+  } | null>;
 
   /** Takes an existing proxy into the stack by id (`proxies/<host>:<port>`); give its `url` in args. */
   static get(
