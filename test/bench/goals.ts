@@ -83,6 +83,11 @@ export const GOALS: readonly Goal[] = [
     issue: "check 200 ≤ 3× one",
   },
   {
+    key: "refresh_200_proxies_seconds",
+    comparison: { kind: "at most times", factor: 3, of: "refresh_1_proxy_seconds" },
+    issue: "refresh of 200 with egress re-check ≤ 3× one",
+  },
+  {
     key: "preflight_extra_round_trips",
     comparison: { kind: "at most", limit: 1 },
     issue: "preflight ≤ 1 extra round trip",
