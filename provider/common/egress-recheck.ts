@@ -218,7 +218,8 @@ export interface RecheckInputs {
  * asks for it, and say which outputs that sets. Without a re-check (off, a
  * VM not running, readiness "none") no problem is recorded: `running` and
  * `state` report a VM that is not running, and the proxy is re-checked when
- * it runs again.
+ * it runs again. Readiness "none" checks nothing, and "address" only the
+ * egress check when there is one.
  */
 export async function recheckOnRead(
   inputs: RecheckInputs,
@@ -226,12 +227,11 @@ export async function recheckOnRead(
   previous: Props,
   deadline: Deadline,
 ): Promise<{ finding: RecheckFinding | undefined; outputs: Props }> {
-  if (
-    inputs.egressRecheck !== true ||
-    !found.serving ||
-    found.address === null ||
-    inputs.readiness.mode === "none"
-  )
+  // What create checked is what refresh re-checks: readiness "address" waits for no port.
+  const checked =
+    inputs.readiness.mode === "port" ||
+    (inputs.readiness.mode === "address" && inputs.egressCheck !== undefined);
+  if (inputs.egressRecheck !== true || !checked || !found.serving || found.address === null)
     return { finding: undefined, outputs: { [EGRESS_PROBLEM_KEY]: null } };
   const finding = await recheckEgress(
     { host: found.address, port: inputs.readiness.port },
