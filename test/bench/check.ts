@@ -11,6 +11,11 @@
  * read (egressRecheck on, an egress check through each proxy) for all 200
  * at once, as the engine runs every resource's read in parallel, beside the
  * read of one (`refresh_200_proxies_seconds`, `refresh_1_proxy_seconds`).
+ * Their echo service answers after DISTANT_ECHO_MS, as a real one across the
+ * internet does: that wait is what a refresh of one proxy costs, and what
+ * 200 concurrent reads must share rather than add up. The same 200 against
+ * the instant loopback echo (`refresh_200_proxies_loopback_seconds`) is the
+ * CPU the re-checks cost on their own.
  */
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -27,6 +32,7 @@ const BIN = join(__dirname, "..", "..", "cli", "main.js");
 
 interface Farm {
   echo: number;
+  distantEcho: number;
   tunnel: number;
   urls: string[];
 }
@@ -53,7 +59,7 @@ export async function runCheckBenchmarks(): Promise<void> {
       createInterface({ input: farm.stdout! }).once("line", resolve);
       farm.once("exit", (code) => reject(new Error(`the proxy farm exited (${code})`)));
     });
-    const { echo, tunnel, urls } = JSON.parse(line) as Farm;
+    const { echo, distantEcho, tunnel, urls } = JSON.parse(line) as Farm;
     const flags = [
       "--target",
       `http://127.0.0.1:${echo}/`,
@@ -99,7 +105,11 @@ export async function runCheckBenchmarks(): Promise<void> {
     printBench("check_200_proxies_seconds", (await times(all)) / 1000);
     printBench("check_1_proxy_seconds", (await times(one)) / 1000);
     printBench("check_one_probe_ms", median(probes));
-    await refreshBenchmarks(urls, `http://127.0.0.1:${echo}/json`);
+    await refreshBenchmarks(
+      urls,
+      `http://127.0.0.1:${distantEcho}/json`,
+      `http://127.0.0.1:${echo}/json`,
+    );
   } finally {
     farm.kill("SIGTERM");
     rmSync(dir, { recursive: true, force: true });
@@ -114,18 +124,19 @@ async function refreshAll(proxies: { id: string; outs: Record<string, unknown> }
       throw new Error(`the re-check failed: ${JSON.stringify(read.props?.egressProblem)}`);
 }
 
-async function refreshBenchmarks(urls: string[], egressUrl: string): Promise<void> {
+async function refreshBenchmarks(
+  urls: string[],
+  distantEgressUrl: string,
+  loopbackEgressUrl: string,
+): Promise<void> {
   const owner = { project: "bench", stack: "bench", resource: "static" };
-  const proxies = await Promise.all(
-    urls.map((url) =>
-      staticProvider.create({
-        url,
-        egressCheck: { url: egressUrl },
-        egressRecheck: true,
-        owner,
-      }),
-    ),
-  );
+  const created = (egressUrl: string) =>
+    Promise.all(
+      urls.map((url) =>
+        staticProvider.create({ url, egressCheck: { url: egressUrl }, egressRecheck: true, owner }),
+      ),
+    );
+  const proxies = await created(distantEgressUrl);
   const times = async (subset: typeof proxies) => {
     await refreshAll(subset); // warm-up
     const runs: number[] = [];
@@ -134,4 +145,8 @@ async function refreshBenchmarks(urls: string[], egressUrl: string): Promise<voi
   };
   printBench("refresh_200_proxies_seconds", (await times(proxies)) / 1000);
   printBench("refresh_1_proxy_seconds", (await times(proxies.slice(0, 1))) / 1000);
+  printBench(
+    "refresh_200_proxies_loopback_seconds",
+    (await times(await created(loopbackEgressUrl))) / 1000,
+  );
 }

@@ -143,9 +143,13 @@ function splitAuthority(authority: string): [string, number] {
   return [authority.slice(0, at).replace(/^\[(.*)\]$/, "$1"), Number(authority.slice(at + 1))];
 }
 
-/** Answers with the caller's address: plain text at /, `{"ip": ...}` at /json. */
-export function startEchoServer(host: string): Promise<RunningServer> {
-  const server = createServer((req, res) => {
+/**
+ * Answers with the caller's address: plain text at /, `{"ip": ...}` at /json;
+ * after `delayMs` when given (an echo service across the internet).
+ */
+export function startEchoServer(host: string, delayMs = 0): Promise<RunningServer> {
+  const server = createServer(async (req, res) => {
+    if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
     const caller = (req.socket.remoteAddress ?? "").replace(/^::ffff:/, "");
     if (req.url?.startsWith("/json")) {
       res.writeHead(200, { "content-type": "application/json" });
