@@ -4,6 +4,7 @@
  * Kubernetes publishing uses for the Secret's proxies.json and the
  * EndpointSlice.
  */
+import { isUnanswered } from "../provider/common/egress-recheck";
 
 /** What was checked about one proxy when it was created. */
 export interface EndpointCheck {
@@ -24,7 +25,9 @@ const SERVING_STATES = new Set(["running", "reachable"]);
  * Whether the pool publishes a proxy as ready: a proxy whose last read
  * (create, or a refresh) found it stopped, paused, crashed or unreachable is
  * not (false: Kubernetes sends it no traffic), whatever was checked at create;
- * nor is one whose last egress re-check failed (`egressProblem`); otherwise
+ * nor is one that did not answer its last egress re-check (an `egressProblem`
+ * of kind "unanswered"; one that answered without an address is reported,
+ * not withdrawn: an echo service down would fail every proxy alike); otherwise
  * what readiness checked then (true), or nothing checked (null).
  * `state` is absent in state written before it was reported: judged as before.
  */
@@ -35,7 +38,7 @@ export function publishedReadiness(
   egressProblem?: unknown,
 ): boolean | null {
   if (typeof state === "string" && !SERVING_STATES.has(state)) return false;
-  if (egressProblem !== null && egressProblem !== undefined) return false;
+  if (isUnanswered(egressProblem)) return false;
   return checkedAt && readinessChecksTheProxy ? true : null;
 }
 

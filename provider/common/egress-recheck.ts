@@ -26,9 +26,9 @@
 import type { Deadline } from "./deadline";
 import { sleepWithin } from "./deadline";
 import type { DiffDecision } from "./diff";
-import { egressCheckSchema, fetchEgressAddress } from "./egress";
+import { egressAddressIn, egressCheckSchema } from "./egress";
 import { PermanentError } from "./errors";
-import type { ProxyCredentials } from "./proxy-probe";
+import { fetchThroughProxy, type ProxyCredentials } from "./proxy-probe";
 import { tryTcpConnect } from "./readiness";
 
 type Props = Record<string, unknown>;
@@ -43,6 +43,13 @@ const PAUSE_MS = 2_000;
 export const EGRESS_PROBLEM_KEY = "egressProblem";
 
 export interface EgressProblem {
+  /**
+   * "unanswered": the proxy itself gave no answer (port refused, timeout,
+   * connection dropped): restarted, then replaced. "egress": it answered, but
+   * not with an address (squid's error page, refused credentials): reported
+   * only, since the echo service being down would fail every proxy alike.
+   */
+  kind: "unanswered" | "egress";
   /** The proxy's last answer (or why there was none), without credentials. */
   reason: string;
   /** When a refresh first found it, ISO 8601 (kept while the problem lasts). */
@@ -68,9 +75,14 @@ export interface RecheckCheck {
 export function egressProblemOf(props: Props): EgressProblem | undefined {
   const value = props[EGRESS_PROBLEM_KEY];
   if (value === null || typeof value !== "object") return undefined;
-  const { reason, since, restartedAt } = value as Record<string, unknown>;
+  const { kind, reason, since, restartedAt } = value as Record<string, unknown>;
   if (typeof reason !== "string" || typeof since !== "string") return undefined;
-  return { reason, since, ...(typeof restartedAt === "string" ? { restartedAt } : {}) };
+  return {
+    kind: kind === "egress" ? "egress" : "unanswered",
+    reason,
+    since,
+    ...(typeof restartedAt === "string" ? { restartedAt } : {}),
+  };
 }
 
 /**
@@ -88,19 +100,18 @@ export async function recheckEgress(
   const knownAt = typeof previous.checkedAt === "string" ? previous.checkedAt : null;
   const problem = egressProblemOf(previous);
   let last = "no attempt within the refresh's deadline";
+  let kind: EgressProblem["kind"] = "unanswered";
   for (let attempt = 1; attempt <= RECHECK_ATTEMPTS && !deadline.expired(); attempt++) {
+    kind = "unanswered";
     try {
-      const egressIp =
-        check === undefined
-          ? await tryTcpConnect(proxy.host, proxy.port, deadline.capped(ATTEMPT_CAP_MS)).then(
-              () => knownIp,
-            )
-          : await fetchEgressAddress(
-              proxy,
-              check,
-              deadline.capped(ATTEMPT_CAP_MS),
-              check.proxyAuth,
-            );
+      let egressIp = knownIp;
+      const capMs = deadline.capped(ATTEMPT_CAP_MS);
+      if (check === undefined) await tryTcpConnect(proxy.host, proxy.port, capMs);
+      else {
+        const answer = await fetchThroughProxy(proxy, check.url, capMs, check.proxyAuth);
+        kind = "egress";
+        egressIp = egressAddressIn(answer, proxy, check, check.proxyAuth);
+      }
       // The same finding keeps its time: a confirming refresh changes no output.
       const same = problem === undefined && egressIp === knownIp && knownAt !== null;
       return {
@@ -120,9 +131,14 @@ export async function recheckEgress(
     egressIp: knownIp,
     checkedAt: knownAt,
     egressProblem: {
+      kind,
       reason: last,
-      since: problem?.since ?? new Date().toISOString(),
-      ...(problem?.restartedAt === undefined ? {} : { restartedAt: problem.restartedAt }),
+      // A problem of another kind starts its own time.
+      since: problem?.kind === kind ? problem.since : new Date().toISOString(),
+      // The restart was for a proxy that did not answer: it counts while that lasts.
+      ...(problem?.restartedAt === undefined || kind !== "unanswered"
+        ? {}
+        : { restartedAt: problem.restartedAt }),
     },
   };
 }
@@ -138,9 +154,13 @@ export function needsEgressRestart(olds: Props, news: Props): boolean {
     news.running !== false &&
     olds.running !== false &&
     olds.state === "running" &&
-    egressProblemOf(olds) !== undefined
+    egressProblemOf(olds)?.kind === "unanswered"
   );
 }
+
+/** Whether the proxy failed its last re-check by not answering at all (the pool publishes it not ready). */
+export const isUnanswered = (problem: unknown): boolean =>
+  egressProblemOf({ [EGRESS_PROBLEM_KEY]: problem })?.kind === "unanswered";
 
 /** The table's decision, plus the in-place restart the rule asks for. */
 export function withEgressHeal(decision: DiffDecision, olds: Props, news: Props): DiffDecision {
@@ -161,7 +181,7 @@ export function rotationDue(
   now = Date.now(),
 ): string | undefined {
   const restartedAt = finding?.egressProblem?.restartedAt;
-  if (restartedAt !== undefined)
+  if (restartedAt !== undefined && finding?.egressProblem?.kind === "unanswered")
     return `replace: no egress answer after the restart at ${restartedAt}`;
   const days = inputs.rotateAfterDays;
   if (days === undefined || typeof createdAt !== "string") return undefined;
@@ -197,6 +217,7 @@ export class EgressHealFailedError extends Error {
     this.properties = {
       ...outputs,
       [EGRESS_PROBLEM_KEY]: {
+        kind: "unanswered",
         reason: cause.message,
         since: problem?.since ?? new Date().toISOString(),
         restartedAt: new Date().toISOString(),

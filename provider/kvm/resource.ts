@@ -151,8 +151,12 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly egressIp: pulumi.Output<string | null>;
   /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
   declare readonly checkedAt: pulumi.Output<string | null>;
-  /** What the last egress re-check found wrong ({ reason, since, restartedAt? }); null when it passed or none ran. */
+  /**
+   * What the last egress re-check found wrong; null when it passed or none ran.
+   * kind "unanswered": the proxy gave no answer; "egress": it answered without an address.
+   */
   declare readonly egressProblem: pulumi.Output<{
+    kind: "unanswered" | "egress";
     reason: string;
     since: string;
     restartedAt?: string;

@@ -118,7 +118,8 @@ export async function read(id: string, props: Props): Promise<pulumi.dynamic.Rea
       props,
       deadlineFor(inputs.timeouts, "read"),
     );
-    const state = finding.egressProblem === null ? "reachable" : "unreachable";
+    // Answered without an address (an echo service down, say): reachable, with the problem reported.
+    const state = finding.egressProblem?.kind === "unanswered" ? "unreachable" : "reachable";
     const outputs = { ...outputsOf(inputs, proxy, state, finding), ...finding };
     return { id: staticResourceId(proxy), props: plain(outputs), inputs: plain(inputs) };
   }

@@ -151,6 +151,8 @@ export function startEchoServer(host: string, delayMs = 0): Promise<RunningServe
   const server = createServer(async (req, res) => {
     if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
     const caller = (req.socket.remoteAddress ?? "").replace(/^::ffff:/, "");
+    // No reuse: a proxy that kept its connection would keep the source address NAT gave it first.
+    res.setHeader("connection", "close");
     if (req.url?.startsWith("/json")) {
       res.writeHead(200, { "content-type": "application/json" });
       res.end(JSON.stringify({ ip: caller }));

@@ -68,6 +68,7 @@ describe("egress re-check on refresh (common/egress-recheck.ts)", function () {
     assert.equal(first.egressIp, "127.0.0.3", "the last known address stays");
     assert.equal(first.checkedAt, previous.checkedAt);
     assert.match(first.egressProblem!.reason, /127\.0\.0\.2/);
+    assert.equal(first.egressProblem!.kind, "unanswered");
     const again = await recheckEgress(
       { host: "127.0.0.2", port },
       check(),
@@ -81,6 +82,21 @@ describe("egress re-check on refresh (common/egress-recheck.ts)", function () {
     assert.equal(again.egressProblem!.restartedAt, "2026-12-02T00:00:00Z");
   });
 
+  it("an answer without an address (the echo service down behind squid) is an egress problem, not silence", async () => {
+    const gone = await startEchoServer("127.0.0.1");
+    const url = `http://127.0.0.1:${gone.port}/`;
+    await gone.close();
+    const finding = await recheckEgress(
+      target(),
+      { url, proxyAuth: AUTH },
+      { egressIp: "127.0.0.3", checkedAt: "2026-12-01T00:00:00.000Z" },
+      within(),
+    );
+    assert.equal(finding.egressProblem!.kind, "egress");
+    assert.match(finding.egressProblem!.reason, /HTTP 502/);
+    assert.equal(finding.egressIp, "127.0.0.3");
+  });
+
   it("refused credentials are a problem at once (asking again cannot help)", async () => {
     const started = Date.now();
     const finding = await recheckEgress(
@@ -91,6 +107,7 @@ describe("egress re-check on refresh (common/egress-recheck.ts)", function () {
     );
     assert.ok(Date.now() - started < 2000);
     assert.match(finding.egressProblem!.reason, /asked for credentials/);
+    assert.equal(finding.egressProblem!.kind, "egress", "the proxy answered");
     assert.doesNotMatch(finding.egressProblem!.reason, /wrong/);
   });
 
@@ -115,7 +132,11 @@ describe("egress re-check on refresh (common/egress-recheck.ts)", function () {
 });
 
 describe("the rule the next up follows (common/egress-recheck.ts)", () => {
-  const problem = { reason: "no answer", since: "2026-12-02T10:00:00.000Z" };
+  const problem = {
+    kind: "unanswered" as const,
+    reason: "no answer",
+    since: "2026-12-02T10:00:00.000Z",
+  };
   const olds = { state: "running", running: true, egressProblem: problem };
   const news = { egressRecheck: true, running: true };
   const quiet = { changes: false, replaces: [], deleteBeforeReplace: false };
@@ -130,6 +151,9 @@ describe("the rule the next up follows (common/egress-recheck.ts)", () => {
     assert.equal(needsEgressRestart(olds, { ...news, running: false }), false);
     assert.equal(needsEgressRestart({ ...olds, state: "stopped" }, news), false);
     assert.equal(needsEgressRestart({ ...olds, egressProblem: null }, news), false);
+    // It answered, without an address (the echo service may be down for every proxy): reported only.
+    const answered = { ...olds, egressProblem: { ...problem, kind: "egress" } };
+    assert.equal(needsEgressRestart(answered, news), false);
     assert.deepEqual(withEgressHeal(quiet, { ...olds, egressProblem: null }, news), quiet);
   });
 
@@ -172,6 +196,11 @@ describe("the rule the next up follows (common/egress-recheck.ts)", () => {
 
   it("the pool publishes a member whose last re-check failed as not ready", () => {
     assert.equal(publishedReadiness("running", "2026-12-02T00:00:00Z", true, problem), false);
+    assert.equal(
+      publishedReadiness("running", "2026-12-02T00:00:00Z", true, { ...problem, kind: "egress" }),
+      true,
+      "answered: still serving as far as anyone can tell",
+    );
     assert.equal(publishedReadiness("running", "2026-12-02T00:00:00Z", true, null), true);
     assert.equal(publishedReadiness("reachable", "2026-12-02T00:00:00Z", true, undefined), true);
   });

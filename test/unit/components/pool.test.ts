@@ -62,7 +62,11 @@ async function useMocks(preview: boolean): Promise<void> {
         }
         // What a refresh with the egress re-check finds when squid stopped answering: "*-silent-*".
         state.egressProblem = args.name.includes("-silent-")
-          ? { reason: "connect ECONNREFUSED 198.51.100.12:3128", since: "2026-12-02T10:00:00.000Z" }
+          ? {
+              kind: "unanswered",
+              reason: "connect ECONNREFUSED 198.51.100.12:3128",
+              since: "2026-12-02T10:00:00.000Z",
+            }
           : null;
         if (args.type.includes("StaticProxy")) {
           const url = new URL(String(inputs.url));
@@ -493,6 +497,11 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     assert.match(
       String(failure?.message),
       /2 proxies leave from 1 distinct egress address; shared: 203\.0\.113\.1 \(home-0, home-1\).*requireDistinctEgress is true, so nothing is published/,
+    );
+    // The collision is the pool's finding (only it sees every member): it names the exact change.
+    assert.match(
+      String(failure?.message),
+      /replace the later members with rotate: \{ "home-1": "\d{4}-\d\d-\d\d" \}/,
     );
     assert.equal(
       registered.filter((r) => r.type.startsWith("kubernetes:")).length,
