@@ -40,7 +40,7 @@ export interface Spec {
 const LAB_SECONDS: Record<string, number> = {
   "engine/root-program.test.js": 170, // (2) the pool end to end
   "engine/stock-host.test.js": 150, // (1, UEFI) zero-config on a stock host
-  "lab/egress.test.js": 130, // (2) squid with auth, NAT, check
+  "lab/egress.test.js": 200, // (2) squid with auth, NAT, check, one restarted by the egress re-check
   "lab/kvm-proxy.test.js": 95, // (1 + 10 that are not waited for)
   "engine/kvm.test.js": 25,
   "lab/kvm-no-leak.test.js": 85,
