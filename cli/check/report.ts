@@ -4,7 +4,13 @@
  * are many), JSON for scripts, and the node-exporter textfile format for
  * Prometheus. Pure: results in, text out.
  */
-import { groupByEgress, sharedEgress, type EgressGroup } from "../../components/egress-diversity";
+import {
+  groupByEgress,
+  membersToRotate,
+  rotateChange,
+  sharedEgress,
+  type EgressGroup,
+} from "../../components/egress-diversity";
 import type { ProbeResult } from "./probe";
 
 export const CHECK_EXIT = { healthy: 0, someDown: 1, usage: 2 } as const;
@@ -102,6 +108,14 @@ export function renderTable(report: CheckReport, options: { all?: boolean } = {}
       lines.push(`  ${group.address}: ${abbreviate(group.proxies, listAll ? Infinity : 8)}`);
     if (!listAll && summary.sharedEgress.length > 10)
       lines.push(`  … and ${summary.sharedEgress.length - 10} more (--json lists them)`);
+    // The pool's own rule (requireDistinctEgress names the same change): keep the first of each address.
+    const later = membersToRotate(summary.sharedEgress).filter((name) =>
+      POOL_MEMBER_KEY.test(name),
+    );
+    if (later.length > 0)
+      lines.push(
+        `  to leave each address to one proxy at the next \`pulumi up\` (new VMs may get new addresses): ${rotateChange(later, new Date(report.checkedAt))}`,
+      );
   }
   return lines.join("\n");
 }

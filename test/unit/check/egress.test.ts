@@ -348,6 +348,17 @@ describe("egress-proxies check: reports", () => {
     assert.doesNotMatch(renderTable(report([up("kvm1-0")])), /rotate/);
   });
 
+  it("pool members sharing an exit address: the rotate change that leaves each address to one", () => {
+    const text = renderTable(
+      report([up("kvm1-0", "192.0.2.1"), up("kvm1-1", "192.0.2.1"), up("pve1-0", "192.0.2.1")]),
+    );
+    assert.match(text, /rotate: \{ "kvm1-1": "2026-11-30", "pve1-0": "2026-11-30" \}/);
+    assert.doesNotMatch(
+      renderTable(report([up("a:1", "192.0.2.1"), up("b:1", "192.0.2.1")])),
+      /rotate/,
+    );
+  });
+
   it("members past their rotateAfter (the pool's rotateAfterDays) get the rotate change too", () => {
     const aged = { ...up("kvm1-0", "192.0.2.1"), rotateAfter: "2026-11-29T00:00:00.000Z" };
     const young = { ...up("kvm1-1", "192.0.2.2"), rotateAfter: "2026-12-29T00:00:00.000Z" };
