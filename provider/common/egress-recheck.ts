@@ -145,16 +145,20 @@ export async function recheckEgress(
 
 /**
  * Whether the next `up` restarts the VM for its egress: the re-check is on,
- * the VM was found running and is meant to run, and the last refresh (or a
- * failed restart) recorded a problem.
+ * the VM was found running and is meant to run, and the last refresh found
+ * the proxy silent. Once: after a restart that did not help, the next refresh
+ * reports the VM for replacement instead (an `up` without refresh in between
+ * restarts nothing more).
  */
 export function needsEgressRestart(olds: Props, news: Props): boolean {
+  const problem = egressProblemOf(olds);
   return (
     news.egressRecheck === true &&
     news.running !== false &&
     olds.running !== false &&
     olds.state === "running" &&
-    egressProblemOf(olds)?.kind === "unanswered"
+    problem?.kind === "unanswered" &&
+    problem.restartedAt === undefined
   );
 }
 

@@ -170,6 +170,9 @@ describe("engine: egress re-checked on refresh, healed by up (ProxmoxProxy, simu
     const recorded = failed.initFailure.properties;
     assert.ok((recorded.egressProblem as Record<string, string>).restartedAt);
 
+    // An `up` without a refresh in between restarts it no second time.
+    const noRefresh = await server.diff(captured.urn, stored.id, recorded, checked.inputs);
+    assert.equal(noRefresh.changes, "none");
     // The engine keeps the VM with those outputs; the next `up --refresh` reports it for rotation.
     const failedState = { id: stored.id, outputs: recorded, inputs: checked.inputs };
     const again = await server.read(captured.urn, stored.id, recorded, checked.inputs);

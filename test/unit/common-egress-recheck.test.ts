@@ -154,6 +154,12 @@ describe("the rule the next up follows (common/egress-recheck.ts)", () => {
     // It answered, without an address (the echo service may be down for every proxy): reported only.
     const answered = { ...olds, egressProblem: { ...problem, kind: "egress" } };
     assert.equal(needsEgressRestart(answered, news), false);
+    // Restarted once already: the next refresh reports it for replacement; no second restart.
+    const restarted = {
+      ...olds,
+      egressProblem: { ...problem, restartedAt: "2026-12-02T10:05:00Z" },
+    };
+    assert.equal(needsEgressRestart(restarted, news), false);
     assert.deepEqual(withEgressHeal(quiet, { ...olds, egressProblem: null }, news), quiet);
   });
 
