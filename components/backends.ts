@@ -32,14 +32,18 @@ export const POOL_DECIDED_KVM_INPUTS = [
   "userDataBase64",
   "readiness",
   "egressCheck",
+  "egressRecheck",
   "rotation",
+  "rotateAfterDays",
 ] as const;
 export const POOL_DECIDED_PROXMOX_INPUTS = [
   "vmName",
   "userData",
   "readiness",
   "egressCheck",
+  "egressRecheck",
   "rotation",
+  "rotateAfterDays",
 ] as const;
 
 export type KvmBackendSettings = Omit<
@@ -69,6 +73,10 @@ export interface PoolDecisions {
   basicAuth?: { user: string; password: pulumi.Output<string> };
   /** The pool's `rotate`: member key → rotation text (a VM member is replaced when its text changes). */
   rotate?: Record<string, string>;
+  /** Re-check every member's egress on refresh (the members' `egressRecheck`). */
+  egressRecheck: boolean;
+  /** The members' `rotateAfterDays`, when the pool rotates by age. */
+  rotateAfterDays?: number;
   parent: pulumi.Resource;
 }
 
@@ -81,6 +89,10 @@ export interface PoolMember {
   ip: pulumi.Output<string | null>;
   egressIp: pulumi.Output<string | null | undefined>;
   checkedAt: pulumi.Output<string | null | undefined>;
+  /** What the last egress re-check found wrong; null or undefined when it passed or none ran. */
+  egressProblem: pulumi.Output<{ reason: string } | null | undefined>;
+  /** When the VM was created (its mark); null for a proxy without a VM. */
+  createdAt: pulumi.Output<string | null | undefined>;
   /** The resource's `state` output as the last create or refresh found it ("running", "stopped", …). */
   state: pulumi.Output<string | undefined>;
   /** The proxy URL without credentials, null while the address is unknown. */
@@ -149,6 +161,8 @@ function vmMember(
     ip: resource.ip,
     egressIp: resource.egressIp,
     checkedAt: resource.checkedAt,
+    egressProblem: resource.egressProblem,
+    createdAt: resource.createdAt,
     state: resource.state,
     endpoint,
     endpointWithCredentials:
@@ -210,7 +224,7 @@ const kvm: PoolBackendKind<KvmBackendSettings> = {
         userData: pool.userData,
         readiness: pool.readiness,
         egressCheck: pool.egressCheck,
-        ...rotationOf(pool, proxy.key),
+        ...lifecycleOf(pool, proxy.key),
       },
       { parent: pool.parent },
     );
@@ -218,9 +232,18 @@ const kvm: PoolBackendKind<KvmBackendSettings> = {
   },
 };
 
-/** A member's rotation input, only when the pool's `rotate` names it (unset otherwise: no diff). */
-const rotationOf = (pool: PoolDecisions, key: string): { rotation?: string } =>
-  pool.rotate?.[key] === undefined ? {} : { rotation: pool.rotate[key] };
+/**
+ * A VM member's rotation input only when the pool's `rotate` names it, and
+ * rotateAfterDays only when the pool sets it (unset otherwise: no diff).
+ */
+const lifecycleOf = (
+  pool: PoolDecisions,
+  key: string,
+): { rotation?: string; egressRecheck: boolean; rotateAfterDays?: number } => ({
+  egressRecheck: pool.egressRecheck,
+  ...(pool.rotate?.[key] === undefined ? {} : { rotation: pool.rotate[key] }),
+  ...(pool.rotateAfterDays === undefined ? {} : { rotateAfterDays: pool.rotateAfterDays }),
+});
 
 const proxmox: PoolBackendKind<ProxmoxBackendSettings> = {
   key: "proxmox",
@@ -246,7 +269,7 @@ const proxmox: PoolBackendKind<ProxmoxBackendSettings> = {
         userData: pool.userData,
         readiness: pool.readiness,
         egressCheck: pool.egressCheck,
-        ...rotationOf(pool, proxy.key),
+        ...lifecycleOf(pool, proxy.key),
       },
       { parent: pool.parent },
     );
@@ -276,7 +299,7 @@ const staticBackend: PoolBackendKind<StaticBackendSettings> = {
   key: "static",
   describes: "a list of existing proxies",
   kind: "static",
-  decided: ["egressCheck"],
+  decided: ["egressCheck", "egressRecheck"],
   configSchema: z.strictObject(
     {
       urls: z
@@ -297,6 +320,7 @@ const staticBackend: PoolBackendKind<StaticBackendSettings> = {
       {
         url: settings.urls[proxy.index]!,
         readiness: settings.readiness ?? { mode: pool.readiness.mode === "port" ? "port" : "none" },
+        egressRecheck: pool.egressRecheck,
         ...(settings.timeouts === undefined ? {} : { timeouts: settings.timeouts }),
         // The proxy's own credentials go with the check (StaticProxy's default), not squid's.
         ...(pool.egressCheck === undefined
@@ -317,6 +341,8 @@ const staticBackend: PoolBackendKind<StaticBackendSettings> = {
       ip,
       egressIp: resource.egressIp,
       checkedAt: resource.checkedAt,
+      egressProblem: resource.egressProblem,
+      createdAt: pulumi.output(null),
       state: resource.state,
       endpoint: resource.endpoint,
       // Secret whether or not this URL has credentials: which one does is not known before apply.

@@ -42,3 +42,21 @@ export function sharedEgressMessage(
   const list = shared.map((group) => `${group.address} (${group.proxies.join(", ")})`).join("; ");
   return `EgressProxyPool ${poolName}: ${proxies} proxies leave from ${groups.length} distinct egress address${groups.length === 1 ? "" : "es"}; shared: ${list}. Proxies behind one address add capacity, not diversity (see docs/egress.md)`;
 }
+
+/**
+ * The members to rotate so that every address is left by one proxy: all but
+ * the first (by key) of each shared group. The pool names them when
+ * requireDistinctEgress refuses a pool, and `egress-proxies check` prints the
+ * same change: a collision is the pool's finding, since only the pool sees
+ * every member, and a resource's plan cannot depend on its siblings' outputs
+ * without serializing their creates.
+ */
+export function membersToRotate(groups: readonly EgressGroup[]): string[] {
+  return sharedEgress(groups).flatMap((group) => group.proxies.slice(1));
+}
+
+/** The pool argument that rotates `members` at the next `up`, dated today. */
+export function rotateChange(members: readonly string[], today = new Date()): string {
+  const text = today.toISOString().slice(0, 10);
+  return `rotate: { ${members.map((member) => `"${member}": "${text}"`).join(", ")} }`;
+}

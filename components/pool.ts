@@ -22,7 +22,13 @@ import {
   type KubernetesObjects,
   type KubernetesPublishingArgs,
 } from "./kubernetes";
-import { groupByEgress, sharedEgressMessage, type EgressGroup } from "./egress-diversity";
+import {
+  groupByEgress,
+  membersToRotate,
+  rotateChange,
+  sharedEgressMessage,
+  type EgressGroup,
+} from "./egress-diversity";
 import { checkExporterArgsProblems } from "./kubernetes-exporter";
 import { placeProxies, placementProblems, type PlacementBackend } from "./placement";
 import { publishedReadiness, type EndpointCheck } from "./published-checks";
@@ -101,6 +107,19 @@ export interface EgressProxyPoolArgs {
    * A date is a good text: `{ "kvm1-0": "2026-12-02" }`.
    */
   rotate?: Record<string, string>;
+  /**
+   * Re-check every member on each refresh (default true): its port, then
+   * `egressCheck` through it. A member that does not answer is published not
+   * ready and the next `up` restarts it, then replaces it if it still does not
+   * answer; a new exit address is accepted and republished. docs/day2.md.
+   */
+  recheckEgress?: boolean;
+  /**
+   * Rotate VM members older than this many days: a refresh reports them for
+   * replacement, and the `up` creates each new VM (ready, checked) before the
+   * old one is deleted. `pulumi up --refresh` (a resync) does both. docs/day2.md.
+   */
+  rotateAfterDays?: number;
   /** Publish the endpoints to Kubernetes (Secret + selector-less Service + EndpointSlice). */
   kubernetes?: KubernetesPublishingArgs;
 }
@@ -120,8 +139,14 @@ export interface ProxyDetails {
   endpoint: string | null;
   /** The address targets see through this proxy (egress check at create); null without a check. */
   egressIp: string | null;
-  /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
+  /** When the exit address (or readiness) was last established, ISO 8601; null if nothing was checked. */
   checkedAt: string | null;
+  /** Why the last egress re-check failed; null when it passed or none ran. */
+  egressProblem: string | null;
+  /** When the VM was created, ISO 8601; null for a static proxy. */
+  createdAt: string | null;
+  /** With rotateAfterDays: when the VM becomes due for rotation by age, ISO 8601; else null. */
+  rotateAfter: string | null;
   /**
    * true when readiness checked that the proxy answers; false when the last
    * create or refresh found it not running (stopped, paused, crashed,
@@ -149,6 +174,7 @@ export function poolArgsProblems(args: EgressProxyPoolArgs): string[] {
       );
   });
   problems.push(...egressArgsProblems(args));
+  problems.push(...lifecycleArgsProblems(args));
   problems.push(...checkExporterArgsProblems(args.kubernetes?.exporter));
   if (problems.length === 0) problems.push(...rotateProblems(args));
   // The password may be unknown until apply; it is checked again once known.
@@ -193,6 +219,18 @@ function placementOf(backend: PoolBackend, keys: readonly string[]): PlacementBa
     count: backend.count,
     ...(capacity === undefined ? {} : { capacity }),
   };
+}
+
+function lifecycleArgsProblems(args: EgressProxyPoolArgs): string[] {
+  const problems: string[] = [];
+  if (args.recheckEgress !== undefined && typeof args.recheckEgress !== "boolean")
+    problems.push("recheckEgress must be true or false");
+  const days = args.rotateAfterDays;
+  if (days !== undefined && (typeof days !== "number" || !(days > 0) || days > 3650))
+    problems.push(
+      "rotateAfterDays must be a number of days above 0 and at most 3650, e.g. 30 (0.5 is twelve hours)",
+    );
+  return problems;
 }
 
 function egressArgsProblems(args: EgressProxyPoolArgs): string[] {
@@ -253,6 +291,8 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       readiness: { mode: args.readiness?.mode ?? "port", port },
       egressCheck: this.egressCheck(args),
       rotate: args.rotate,
+      egressRecheck: args.recheckEgress ?? true,
+      ...(args.rotateAfterDays === undefined ? {} : { rotateAfterDays: args.rotateAfterDays }),
       port,
       basicAuth:
         basicAuth === undefined || password === undefined
@@ -281,23 +321,37 @@ export class EgressProxyPool extends pulumi.ComponentResource {
             member.egressIp,
             member.checkedAt,
             member.endpoint,
-            member.state,
+            pulumi.all([member.state, member.egressProblem, member.createdAt]),
           ])
-          .apply(([vmName, host, ip, id, egressIp, checkedAt, endpoint, state]) => ({
-            name: proxy.key,
-            backend: proxy.backend,
-            kind: kind.kind,
-            vmName,
-            host,
-            ip: ip ?? null,
-            id,
-            endpoint: endpoint ?? null,
-            // Absent in state written before the egress check existed.
-            egressIp: egressIp ?? null,
-            checkedAt: checkedAt ?? null,
-            ready: publishedReadiness(state, checkedAt, checked),
-            state: state ?? null,
-          })),
+          .apply(
+            ([
+              vmName,
+              host,
+              ip,
+              id,
+              egressIp,
+              checkedAt,
+              endpoint,
+              [state, problem, createdAt],
+            ]) => ({
+              name: proxy.key,
+              backend: proxy.backend,
+              kind: kind.kind,
+              vmName,
+              host,
+              ip: ip ?? null,
+              id,
+              endpoint: endpoint ?? null,
+              // Absent in state written before the egress check existed.
+              egressIp: egressIp ?? null,
+              checkedAt: checkedAt ?? null,
+              egressProblem: problem?.reason ?? null,
+              createdAt: createdAt ?? null,
+              rotateAfter: rotateAfterOf(createdAt, args.rotateAfterDays),
+              ready: publishedReadiness(state, checkedAt, checked, problem),
+              state: state ?? null,
+            }),
+          ),
       );
     }
 
@@ -353,7 +407,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     if (message === undefined) return groups;
     if (args.requireDistinctEgress === true)
       throw new PoolArgsError(
-        `${message}. requireDistinctEgress is true, so nothing is published: place the proxies on different networks or drop requireDistinctEgress`,
+        `${message}. requireDistinctEgress is true, so nothing is published: place the proxies on different networks, drop requireDistinctEgress, or replace the later members with ${rotateChange(membersToRotate(groups))} (a VM member only; a new VM may get a new exit address)`,
       );
     void pulumi.log.warn(message, this);
     return groups;
@@ -387,6 +441,16 @@ export class EgressProxyPool extends pulumi.ComponentResource {
           : { user: basicAuth.user, password: pulumi.secret(basicAuth.password) },
     };
   }
+}
+
+/** When a VM created at `createdAt` becomes due for rotation by age (the provider's rule: common/egress-recheck.ts). */
+function rotateAfterOf(
+  createdAt: string | null | undefined,
+  days: number | undefined,
+): string | null {
+  if (days === undefined || typeof createdAt !== "string") return null;
+  const born = Date.parse(createdAt);
+  return Number.isNaN(born) ? null : new Date(born + days * 86_400_000).toISOString();
 }
 
 /** What the Kubernetes publishing says about each proxy with an address. */

@@ -4,6 +4,7 @@
  * Kubernetes publishing uses for the Secret's proxies.json and the
  * EndpointSlice.
  */
+import { isUnanswered } from "../provider/common/egress-recheck";
 
 /** What was checked about one proxy when it was created. */
 export interface EndpointCheck {
@@ -24,15 +25,20 @@ const SERVING_STATES = new Set(["running", "reachable"]);
  * Whether the pool publishes a proxy as ready: a proxy whose last read
  * (create, or a refresh) found it stopped, paused, crashed or unreachable is
  * not (false: Kubernetes sends it no traffic), whatever was checked at create;
- * otherwise what readiness checked then (true), or nothing checked (null).
+ * nor is one that did not answer its last egress re-check (an `egressProblem`
+ * of kind "unanswered"; one that answered without an address is reported,
+ * not withdrawn: an echo service down would fail every proxy alike); otherwise
+ * what readiness checked then (true), or nothing checked (null).
  * `state` is absent in state written before it was reported: judged as before.
  */
 export function publishedReadiness(
   state: string | null | undefined,
   checkedAt: string | null | undefined,
   readinessChecksTheProxy: boolean,
+  egressProblem?: unknown,
 ): boolean | null {
   if (typeof state === "string" && !SERVING_STATES.has(state)) return false;
+  if (isUnanswered(egressProblem)) return false;
   return checkedAt && readinessChecksTheProxy ? true : null;
 }
 

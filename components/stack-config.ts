@@ -209,6 +209,10 @@ export const poolConfigSchema = z.strictObject({
       error: 'rotate must map member keys to text, e.g. { kvm1-0: "2026-12-02" }',
     })
     .optional(),
+  recheckEgress: z.boolean({ error: "recheckEgress must be true or false" }).optional(),
+  rotateAfterDays: z
+    .number({ error: "rotateAfterDays must be a number of days, e.g. 30" })
+    .optional(),
   kubernetes: z
     .strictObject({
       namespace: z.string({ error: "kubernetes.namespace must be the namespace name" }),
@@ -454,6 +458,8 @@ function poolArgs(
     egressCheck: config.egressCheck,
     requireDistinctEgress: config.requireDistinctEgress,
     rotate: config.rotate,
+    recheckEgress: config.recheckEgress,
+    rotateAfterDays: config.rotateAfterDays,
     kubernetes: config.kubernetes,
   };
 }

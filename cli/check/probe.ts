@@ -38,12 +38,19 @@ export interface ProbeResult {
   connectSeconds?: number;
   egressIp?: string;
   egressSeconds?: number;
+  /** When the pool rotates this member by age (its `proxies[].rotateAfter`), when it has a limit. */
+  rotateAfter?: string;
 }
 
 export async function probeProxy(target: ProxyTarget, plan: ProbePlan): Promise<ProbeResult> {
   const deadline = new Deadline(plan.timeoutMs, "--timeout");
   const proxy = { host: target.host, port: target.port };
-  const result: ProbeResult = { name: target.name, endpoint: target.endpoint, up: false };
+  const result: ProbeResult = {
+    name: target.name,
+    endpoint: target.endpoint,
+    up: false,
+    ...(target.rotateAfter === undefined ? {} : { rotateAfter: target.rotateAfter }),
+  };
   let step = "http";
   try {
     let started = performance.now();

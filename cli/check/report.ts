@@ -4,7 +4,13 @@
  * are many), JSON for scripts, and the node-exporter textfile format for
  * Prometheus. Pure: results in, text out.
  */
-import { groupByEgress, sharedEgress, type EgressGroup } from "../../components/egress-diversity";
+import {
+  groupByEgress,
+  membersToRotate,
+  rotateChange,
+  sharedEgress,
+  type EgressGroup,
+} from "../../components/egress-diversity";
 import type { ProbeResult } from "./probe";
 
 export const CHECK_EXIT = { healthy: 0, someDown: 1, usage: 2 } as const;
@@ -102,6 +108,14 @@ export function renderTable(report: CheckReport, options: { all?: boolean } = {}
       lines.push(`  ${group.address}: ${abbreviate(group.proxies, listAll ? Infinity : 8)}`);
     if (!listAll && summary.sharedEgress.length > 10)
       lines.push(`  … and ${summary.sharedEgress.length - 10} more (--json lists them)`);
+    // The pool's own rule (requireDistinctEgress names the same change): keep the first of each address.
+    const later = membersToRotate(summary.sharedEgress).filter((name) =>
+      POOL_MEMBER_KEY.test(name),
+    );
+    if (later.length > 0)
+      lines.push(
+        `  to leave each address to one proxy at the next \`pulumi up\` (new VMs may get new addresses): ${rotateChange(later, new Date(report.checkedAt))}`,
+      );
   }
   return lines.join("\n");
 }
@@ -114,6 +128,36 @@ const POOL_MEMBER_KEY = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?-\d+$/;
  * it at the next `pulumi up` (the new VM is ready before the old one goes).
  */
 export function rotationHints(report: CheckReport): string[] {
+  return [...downHints(report), ...agedHints(report)];
+}
+
+/**
+ * Up members past their `rotateAfter` (the pool's rotateAfterDays): the next
+ * `pulumi up --refresh` replaces them; the `rotate` change does it at a plain `up`.
+ */
+function agedHints(report: CheckReport): string[] {
+  const aged = report.results.filter(
+    (result) =>
+      result.up &&
+      result.rotateAfter !== undefined &&
+      result.rotateAfter <= report.checkedAt &&
+      POOL_MEMBER_KEY.test(result.name),
+  );
+  if (aged.length === 0) return [];
+  const text = report.checkedAt.slice(0, 10);
+  return [
+    "",
+    `due for rotation by age (rotateAfterDays): ${aged.map((result) => `${result.name} (since ${result.rotateAfter})`).join(", ")}`,
+    "  the next `pulumi up --refresh` replaces them (each new one is ready before the old one goes); at a plain `pulumi up`:",
+    `  pool arguments: rotate: { ${aged.map((result) => `"${result.name}": "${text}"`).join(", ")} }`,
+    ...aged.map(
+      (result) =>
+        `  stack config:   pulumi config set --path 'egress-proxies:pool.rotate["${result.name}"]' ${text}`,
+    ),
+  ];
+}
+
+function downHints(report: CheckReport): string[] {
   const down = report.results.filter((result) => !result.up && POOL_MEMBER_KEY.test(result.name));
   if (down.length === 0) return [];
   const text = report.checkedAt.slice(0, 10);

@@ -16,6 +16,8 @@ export interface ProxyTarget {
   /** host:port (IPv6 in brackets), never with credentials. */
   endpoint: string;
   credentials?: ProxyCredentials;
+  /** From the pool's `proxies[].rotateAfter`: when the member is due for rotation by age. */
+  rotateAfter?: string;
 }
 
 export class InputError extends Error {}
@@ -35,11 +37,23 @@ export function targetsFromDocument(
   const { urls, names } = urlsOf(document, source);
   if (urls.length === 0) throw new InputError(`${source} lists no proxies`);
   const targets = urls.map((url, index) => targetFromUrl(url, `${source}[${index}]`, fallback));
-  for (const target of targets) target.name = names.get(target.endpoint) ?? target.name;
+  for (const target of targets) {
+    const member = names.get(target.endpoint);
+    target.name = member?.name ?? target.name;
+    if (member?.rotateAfter !== undefined) target.rotateAfter = member.rotateAfter;
+  }
   return dedupe(targets);
 }
 
-function urlsOf(document: unknown, source: string): { urls: string[]; names: Map<string, string> } {
+interface MemberNote {
+  name: string;
+  rotateAfter?: string;
+}
+
+function urlsOf(
+  document: unknown,
+  source: string,
+): { urls: string[]; names: Map<string, MemberNote> } {
   if (Array.isArray(document))
     return { urls: document.map((entry) => urlOfEntry(entry, source)), names: new Map() };
   if (document === null || typeof document !== "object")
@@ -74,14 +88,21 @@ function urlOfEntry(entry: unknown, source: string): string {
   throw new InputError(`${source}: every entry must be a proxy URL or an object with a url`);
 }
 
-/** The pool's `proxies` output: endpoint (no credentials) → pool key. */
-function namesOf(proxies: unknown): Map<string, string> {
-  const names = new Map<string, string>();
+/** The pool's `proxies` output: endpoint (no credentials) → pool key (and when it is due for rotation). */
+function namesOf(proxies: unknown): Map<string, MemberNote> {
+  const names = new Map<string, MemberNote>();
   if (!Array.isArray(proxies)) return names;
-  for (const proxy of proxies as Array<{ name?: unknown; endpoint?: unknown }>) {
+  for (const proxy of proxies as Array<{
+    name?: unknown;
+    endpoint?: unknown;
+    rotateAfter?: unknown;
+  }>) {
     if (typeof proxy?.name !== "string" || typeof proxy.endpoint !== "string") continue;
     try {
-      names.set(new URL(proxy.endpoint).host, proxy.name);
+      names.set(new URL(proxy.endpoint).host, {
+        name: proxy.name,
+        ...(typeof proxy.rotateAfter === "string" ? { rotateAfter: proxy.rotateAfter } : {}),
+      });
     } catch {
       // A malformed entry only costs the friendly name.
     }

@@ -152,6 +152,19 @@ export async function fetchEgressAddress(
   credentials?: ProxyCredentials,
 ): Promise<string> {
   const answer = await fetchThroughProxy(proxy, check.url, timeoutMs, credentials);
+  return egressAddressIn(answer, proxy, check, credentials);
+}
+
+/**
+ * The address in the proxy's answer to the egress URL, or the error
+ * fetchEgressAddress describes: the proxy answered, but not with an address.
+ */
+export function egressAddressIn(
+  answer: ProxyProbeResult,
+  proxy: { host: string; port: number },
+  check: { url: string; field?: string },
+  credentials?: ProxyCredentials,
+): string {
   const { status, body } = answer;
   const where = `egressCheck ${check.url} through the proxy at ${proxy.host}:${proxy.port}`;
   if (status === 407)

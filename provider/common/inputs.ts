@@ -203,8 +203,14 @@ export function containsUnknown(value: unknown): boolean {
  * The VM lifecycle inputs both VM resources share: `rotation` (any text; a
  * new value replaces the VM, created before the old one goes; the pool's
  * `rotate` sets it), `startOnBoot` (libvirt autostart / PVE onboot) and
- * `running` (a refresh that finds the VM stopped makes the next `up` start it).
+ * `running` (a refresh that finds the VM stopped makes the next `up` start it),
+ * `egressRecheck` and `rotateAfterDays` (what refresh re-checks; docs/day2.md).
  */
+/** Shared by the VM resources and StaticProxy. Optional, not defaulted: state written before it plans no change. */
+export const egressRecheckSchema = z
+  .boolean({ error: "egressRecheck must be true or false" })
+  .optional();
+
 export const vmLifecycleShape = {
   rotation: z
     .string({ error: "rotation must be a string (any text; a new value replaces the VM)" })
@@ -212,4 +218,12 @@ export const vmLifecycleShape = {
     .optional(),
   startOnBoot: z.boolean({ error: "startOnBoot must be true or false" }).default(true),
   running: z.boolean({ error: "running must be true or false" }).default(true),
+  /** Re-check the egress (port, then egressCheck) on every refresh; absent: off (see common/egress-recheck.ts). */
+  egressRecheck: egressRecheckSchema,
+  /** A refresh that finds the VM older than this reports it for replacement (common/egress-recheck.ts). */
+  rotateAfterDays: z
+    .number({ error: "rotateAfterDays must be a number of days, e.g. 30 (0.5 is twelve hours)" })
+    .positive({ error: "rotateAfterDays must be more than 0" })
+    .max(3650, { error: "rotateAfterDays must be at most 3650 (ten years)" })
+    .optional(),
 };

@@ -41,6 +41,8 @@ export const KVM_CHANGE_TABLE: ChangeTableOf<KvmProxyInputs, "connection" | "ima
   rotation: "replace",
   startOnBoot: "update",
   running: "update",
+  egressRecheck: "update",
+  rotateAfterDays: "update",
   readiness: "update",
   egressCheck: "update",
   timeouts: "update",

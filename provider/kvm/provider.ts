@@ -29,6 +29,14 @@ import {
 import { logToEngine } from "../common/engine-log";
 import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
+import {
+  EgressHealFailedError,
+  type EgressProblem,
+  needsEgressRestart,
+  recheckOnRead,
+  rotationDue,
+  withEgressHeal,
+} from "../common/egress-recheck";
 import { isGoneForGood, leaveBehind, rememberGoneHosts, withWayOut } from "../common/gone-hosts";
 import {
   ReplaceOnNextUpError,
@@ -87,6 +95,8 @@ export interface KvmProxyOutputs extends KvmProxyInputs {
   /** What the egress check saw at create (see common/egress.ts); absent in older state. */
   egressIp?: string | null;
   checkedAt?: string | null;
+  /** What the last egress re-check found wrong (common/egress-recheck.ts); null or absent when none. */
+  egressProblem?: EgressProblem | null;
 }
 
 /** Progress lines for the user's `pulumi up` (the engine's log when running under Pulumi). */
@@ -119,7 +129,11 @@ export async function diff(
   olds: Props,
   news: Props,
 ): Promise<pulumi.dynamic.DiffResult> {
-  const decision = withRepairReplacement(decideDiff(KVM_CHANGE_TABLE, olds, news), olds);
+  // A repair replacement (common/replacement.ts) outranks an in-place egress heal.
+  const decision = withRepairReplacement(
+    withEgressHeal(decideDiff(KVM_CHANGE_TABLE, olds, news), olds, news),
+    olds,
+  );
   return {
     changes: decision.changes,
     replaces: decision.replaces,
@@ -429,6 +443,13 @@ async function readWithin(
   ]);
   const mac = description.mac ?? macAddressFor(description.name);
   const ip = await currentAddress(session.host, handle, state, mac, props.ip);
+  const recheck = await recheckOnRead(
+    target,
+    { serving: state === "running", address: ip },
+    props,
+    deadline,
+  );
+  const rotation = rotationDue(target, mark.createdAt, recheck.finding);
   const observed: Props = {
     ...observedInputs(inputsOnly(props, OUTPUT_KEYS), {
       description,
@@ -444,6 +465,8 @@ async function readWithin(
     endpoint: ip ? `http://${ip}:${target.readiness.port}` : null,
     createdAt: mark.createdAt,
     libvirtUuid: uuidText(handle.uuid),
+    ...recheck.outputs,
+    ...(rotation === undefined ? {} : { rotation }),
   };
   // A disk or seed gone replaces the VM; a reason an earlier update recorded stays until then.
   const outputs = withReplacementReason(
@@ -530,15 +553,21 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   if (isIncompleteCreate(olds)) return continueCreate(id, news, create);
   const inputs = checkedInputs(news);
   const outs = carriedOutputs(olds, inputs, CARRIED_KEYS);
-  const changes = inPlaceChanges(olds, inputs);
-  if (!anyInPlaceChange(changes)) return { outs };
+  const changes = { ...inPlaceChanges(olds, inputs), restart: needsEgressRestart(olds, inputs) };
+  if (!anyInPlaceChange(changes) && !changes.restart) return { outs };
   const deadline = deadlineFor(inputs.timeouts, "create");
   // Started again but never ready: stored running and marked, so the next up replaces it.
   const replaceOnNextUp = (reason: string, cause: Error) =>
     new ReplaceOnNextUpError(id, plain({ ...outs, state: "running" }), reason, cause, news);
   const live = await stepsWithin(deadline, progressLog)("update", () =>
     applyOnHost(id, olds, inputs, changes, deadline, replaceOnNextUp),
-  );
+  ).catch((error: unknown) => {
+    // Not ready at all after the start: replaced at the next up (replacement.ts); ready but
+    // still without an egress answer: recorded for the re-check's rule (egress-recheck.ts).
+    throw changes.restart && !(error instanceof ReplaceOnNextUpError)
+      ? new EgressHealFailedError(id, outs, toError(error), news)
+      : error;
+  });
   return { outs: plain({ ...outs, ...live }) };
 }
 
@@ -551,7 +580,7 @@ async function applyOnHost(
   id: string,
   olds: Props,
   inputs: KvmProxyInputs,
-  changes: InPlaceChanges,
+  changes: InPlaceChanges & { restart: boolean },
   deadline: Deadline,
   replaceOnNextUp: (reason: string, cause: Error) => Error,
 ): Promise<Props> {
@@ -565,17 +594,22 @@ async function applyOnHost(
   const description = parseDomainXml(await session.host.definedXml(handle));
   requireOurs(description.mark, inputs, `domain ${description.name} on ${session.label}`);
   if (changes.startOnBoot) await session.host.setAutostart(handle, inputs.startOnBoot);
-  if (!changes.running) return {};
+  if (!changes.running && !changes.restart) return {};
   if (!inputs.running) {
     progressLog(`KvmProxy ${vmName}: shutting down (running: false)`);
     await stopDomain(session.host, handle, deadline);
     return { state: "stopped", ip: null, endpoint: null };
   }
-  progressLog(`KvmProxy ${vmName}: starting it again (refresh found it not running)`);
+  if (changes.restart) {
+    // squid does not answer on a running VM: a hard reset, as a crashed VM would get.
+    progressLog(`KvmProxy ${vmName}: restarting it (refresh found its proxy not answering)`);
+    await session.host.destroyDomain(handle);
+  } else progressLog(`KvmProxy ${vmName}: starting it again (refresh found it not running)`);
   await session.host.startDomain(handle);
   const ip = await readyAfterRestart(session.host, handle, inputs, deadline, replaceOnNextUp);
   const egress = await egressAtReadiness(ip, inputs, deadline);
-  return { state: "running", ip, endpoint: ip ? endpointOf(ip, inputs) : null, ...egress };
+  const endpoint = ip ? endpointOf(ip, inputs) : null;
+  return { state: "running", ip, endpoint, ...egress, egressProblem: null };
 }
 
 /**
@@ -699,6 +733,9 @@ function hostTargetOf(props: Props) {
     pool: field("pool"),
     owner,
     readiness: field("readiness"),
+    egressCheck: field("egressCheck"),
+    egressRecheck: field("egressRecheck"),
+    rotateAfterDays: field("rotateAfterDays"),
     timeouts,
   };
 }
@@ -716,6 +753,7 @@ const CARRIED_KEYS = [
   "libvirtUuid",
   "egressIp",
   "checkedAt",
+  "egressProblem",
 ] as const satisfies readonly (keyof KvmProxyOutputs)[];
 const OUTPUT_KEYS: readonly string[] = CARRIED_KEYS;
 /** The output keys the resource class declares. */

@@ -96,6 +96,16 @@ export interface KvmProxyArgs {
   /** Any text; a new value replaces the VM, created before the old one goes (EgressProxyPool's `rotate`). */
   rotation?: pulumi.Input<string>;
   /**
+   * Re-check the proxy on every refresh that finds it running: its port, then
+   * `egressCheck` through it (3 tries, each capped as at create). A proxy that
+   * does not answer is recorded in `egressProblem` and the next `up` restarts
+   * it in place, then replaces it if it still does not answer; a new exit
+   * address is accepted. Default off; EgressProxyPool turns it on. docs/day2.md.
+   */
+  egressRecheck?: pulumi.Input<boolean>;
+  /** A refresh that finds the VM older than this many days reports it for replacement (created before the old one goes). */
+  rotateAfterDays?: pulumi.Input<number>;
+  /**
    * Start the VM when the host boots (libvirt autostart; default true). Refresh
    * reports the host's flag, so a flag changed by hand shows as drift and the
    * next `up` sets it back, in place.
@@ -146,6 +156,16 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly egressIp: pulumi.Output<string | null>;
   /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
   declare readonly checkedAt: pulumi.Output<string | null>;
+  /**
+   * What the last egress re-check found wrong; null when it passed or none ran.
+   * kind "unanswered": the proxy gave no answer; "egress": it answered without an address.
+   */
+  declare readonly egressProblem: pulumi.Output<{
+    kind: "unanswered" | "egress";
+    reason: string;
+    since: string;
+    restartedAt?: string;
+  } | null>;
 
   /**
    * Adopts an existing proxy VM by id (`hosts/<host>/domains/<vmName>`, with

@@ -32,6 +32,8 @@ export const PROXMOX_CHANGE_TABLE: ChangeTableOf<ProxmoxProxyInputs> = {
   rotation: "replace",
   startOnBoot: "update",
   running: "update",
+  egressRecheck: "update",
+  rotateAfterDays: "update",
   readiness: "update",
   egressCheck: "update",
   timeouts: "update",

@@ -17,6 +17,14 @@ import {
 } from "../common/lifecycle";
 import { logToEngine } from "../common/engine-log";
 import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
+import {
+  EgressHealFailedError,
+  needsEgressRestart,
+  recheckInputsOf,
+  recheckOnRead,
+  rotationDue,
+  withEgressHeal,
+} from "../common/egress-recheck";
 import { egressAtReadiness } from "../common/egress";
 import { isGoneForGood, leaveBehind, rememberGoneHosts, withWayOut } from "../common/gone-hosts";
 import {
@@ -115,7 +123,8 @@ export async function check(
 }
 
 export async function diff(_id: string, olds: Props, news: Props): Promise<DiffDecision> {
-  return withRepairReplacement(decideProxmoxDiff(olds, news), olds);
+  // A repair replacement (common/replacement.ts) outranks an in-place egress heal.
+  return withRepairReplacement(withEgressHeal(decideProxmoxDiff(olds, news), olds, news), olds);
 }
 
 // ---------------------------------------------------------------- create
@@ -552,6 +561,10 @@ export async function read(
   const mac = macOf(config) ?? null;
   const ip = await freshAddress(client, ref, status, mac, props.ip);
   const port = settings.readiness.port;
+  const recheckInputs = recheckInputsOf(props, port);
+  const serving = stateOf(status) === "running";
+  const recheck = await recheckOnRead(recheckInputs, { serving, address: ip }, props, deadline);
+  const rotation = rotationDue(recheckInputs, mark.createdAt, recheck.finding);
   const outputs: Props = {
     ...observedInputs(props, config, adopting),
     // Paused counts as running: reported, never started or killed (rule 6).
@@ -564,6 +577,8 @@ export async function read(
     ip,
     endpoint: ip === null ? null : `http://${ip}:${port}`,
     createdAt: mark.createdAt,
+    ...recheck.outputs,
+    ...(rotation === undefined ? {} : { rotation }),
   };
   // A boot disk or seed gone replaces the VM; a reason an earlier update recorded stays until then.
   const reason = brokenVmReason(config, seedVolume, seedThere) ?? replacementReason(props);
@@ -703,16 +718,21 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   // Absent in state written before it existed: PVE's value is unknown, so it is written.
   if (olds.startOnBoot !== spec.startOnBoot) changes.onboot = spec.startOnBoot ? 1 : 0;
   const carried = carriedOutputs(olds, spec, CARRIED_KEYS) as unknown as ProxmoxProxyOutputs;
+  const restart = needsEgressRestart(olds, spec);
   try {
     if (Object.keys(changes).length > 0)
       await step("write config", () => writeConfig(client, ref, changes, deadline));
-    if (olds.running === spec.running) return { outs: plain({ ...carried }) };
+    if (olds.running === spec.running && !restart) return { outs: plain({ ...carried }) };
     if (!spec.running) {
       progress(spec.vmName, `stopping VMID ${ref.vmid} (running: false)`);
       await step("stop", () => stopVm(client, ref, deadline));
       return { outs: plain({ ...carried, state: "stopped", ip: null, endpoint: null }) };
     }
-    progress(spec.vmName, `starting VMID ${ref.vmid} again (refresh found it not running)`);
+    if (restart) {
+      // squid does not answer on a running VM: a hard stop and a start, as a crashed VM would get.
+      progress(spec.vmName, `restarting VMID ${ref.vmid} (refresh found its proxy not answering)`);
+      await step("stop", () => stopVm(client, ref, deadline));
+    } else progress(spec.vmName, `starting VMID ${ref.vmid} again (refresh found it not running)`);
     await step("start", () => startVm(client, ref, deadline));
     const startedAt = Date.now();
     const running = { ...carried, state: "running" };
@@ -730,9 +750,13 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
         news,
       );
     });
-    return { outs: plain({ ...ready, ...(await egressAtReadiness(ready.ip, spec, deadline)) }) };
+    const egress = await egressAtReadiness(ready.ip, spec, deadline);
+    return { outs: plain({ ...ready, ...egress, egressProblem: null }) };
   } catch (error) {
-    throw error instanceof ReplaceOnNextUpError ? error : withContext(error, context);
+    if (error instanceof ReplaceOnNextUpError) throw error;
+    // Ready but still without an egress answer after the restart: recorded for the re-check's rule.
+    const failure = withContext(error, context);
+    throw restart ? new EgressHealFailedError(id, { ...carried }, failure, news) : failure;
   }
 }
 
@@ -749,6 +773,7 @@ const CARRIED_KEYS = [
   "createdAt",
   "egressIp",
   "checkedAt",
+  "egressProblem",
 ] as const satisfies readonly (keyof ProxmoxProxyOutputs)[];
 
 // ---------------------------------------------------------------- delete

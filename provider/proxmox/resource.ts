@@ -70,6 +70,16 @@ export interface ProxmoxProxyArgs {
   installGuestAgent?: pulumi.Input<boolean>;
   /** Any text; a new value replaces the VM, created before the old one goes (EgressProxyPool's `rotate`). */
   rotation?: pulumi.Input<string>;
+  /**
+   * Re-check the proxy on every refresh that finds it running: its port, then
+   * `egressCheck` through it (3 tries, each capped as at create). A proxy that
+   * does not answer is recorded in `egressProblem` and the next `up` restarts
+   * it in place, then replaces it if it still does not answer; a new exit
+   * address is accepted. Default off; EgressProxyPool turns it on. docs/day2.md.
+   */
+  egressRecheck?: pulumi.Input<boolean>;
+  /** A refresh that finds the VM older than this many days reports it for replacement (created before the old one goes). */
+  rotateAfterDays?: pulumi.Input<number>;
   /** Start the VM when the node boots (PVE's `onboot`; default true); drift shows on refresh, `up` heals it. */
   startOnBoot?: pulumi.Input<boolean>;
   /**
@@ -112,6 +122,16 @@ export class ProxmoxProxy extends pulumi.dynamic.Resource {
   declare readonly egressIp: pulumi.Output<string | null>;
   /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
   declare readonly checkedAt: pulumi.Output<string | null>;
+  /**
+   * What the last egress re-check found wrong; null when it passed or none ran.
+   * kind "unanswered": the proxy gave no answer; "egress": it answered without an address.
+   */
+  declare readonly egressProblem: pulumi.Output<{
+    kind: "unanswered" | "egress";
+    reason: string;
+    since: string;
+    restartedAt?: string;
+  } | null>;
 
   /**
    * Adopts an existing proxy VM by id (`nodes/<node>/qemu/<vmid>`) into this

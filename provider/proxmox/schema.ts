@@ -1,6 +1,7 @@
 // Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
 import { z } from "zod";
 import { egressCheckSchema } from "../common/egress";
+import type { EgressProblem } from "../common/egress-recheck";
 import {
   CheckFailure,
   ownerSchema,
@@ -137,6 +138,8 @@ export interface ProxmoxProxyOutputs extends ProxmoxProxyInputs {
   /** What the egress check saw at create (see common/egress.ts); absent in older state. */
   egressIp?: string | null;
   checkedAt?: string | null;
+  /** What the last egress re-check found wrong (common/egress-recheck.ts); null or absent when none. */
+  egressProblem?: EgressProblem | null;
 }
 
 /**

@@ -8,7 +8,8 @@
 import type * as pulumi from "@pulumi/pulumi";
 import { plainJson as plain } from "../common/check";
 import { decideDiff, type ChangeTableOf, type DiffDecision } from "../common/diff";
-import { egressAtReadiness, type EgressFinding } from "../common/egress";
+import { egressAtReadiness, type EgressCheck, type EgressFinding } from "../common/egress";
+import { recheckEgress, type EgressProblem } from "../common/egress-recheck";
 import { PermanentError } from "../common/errors";
 import { containsUnknown, type CheckFailure } from "../common/inputs";
 import {
@@ -40,6 +41,8 @@ export interface StaticProxyOutputs extends StaticProxyInputs {
   state: string;
   egressIp: string | null;
   checkedAt: string | null;
+  /** What the last egress re-check found wrong (common/egress-recheck.ts); null or absent when none. */
+  egressProblem?: EgressProblem | null;
 }
 
 /** A different URL is a different proxy: replace (nothing is built, so replacing is free). */
@@ -47,6 +50,7 @@ export const STATIC_CHANGE_TABLE: ChangeTableOf<StaticProxyInputs> = {
   url: "replace",
   readiness: "update",
   egressCheck: "update",
+  egressRecheck: "update",
   timeouts: "update",
   owner: "update",
 };
@@ -59,6 +63,7 @@ const CARRIED_KEYS = [
   "state",
   "egressIp",
   "checkedAt",
+  "egressProblem",
 ] as const satisfies readonly (keyof StaticProxyOutputs)[];
 /** The output keys the resource class declares. */
 export const STATIC_OUTPUT_KEYS: readonly string[] = CARRIED_KEYS;
@@ -101,15 +106,28 @@ export async function read(id: string, props: Props): Promise<pulumi.dynamic.Rea
     );
   const inputs = checkedInputs(props);
   const proxy = proxyAddressOf(inputs.url);
-  const state = await tryTcpConnect(proxy.host, proxy.port, 3000).then(
-    () => "reachable",
-    () => "unreachable",
-  );
   const egress = {
     egressIp: typeof props.egressIp === "string" ? props.egressIp : null,
     checkedAt: typeof props.checkedAt === "string" ? props.checkedAt : null,
   };
-  const outputs = outputsOf(inputs, proxy, state, egress);
+  if (inputs.egressRecheck === true && inputs.readiness.mode === "port") {
+    // The same re-check as a VM's, with the URL's own credentials unless the check names others.
+    const finding = await recheckEgress(
+      proxy,
+      checkWithCredentials(inputs, proxy),
+      props,
+      deadlineFor(inputs.timeouts, "read"),
+    );
+    // Answered without an address (an echo service down, say): reachable, with the problem reported.
+    const state = finding.egressProblem?.kind === "unanswered" ? "unreachable" : "reachable";
+    const outputs = { ...outputsOf(inputs, proxy, state, finding), ...finding };
+    return { id: staticResourceId(proxy), props: plain(outputs), inputs: plain(inputs) };
+  }
+  const state = await tryTcpConnect(proxy.host, proxy.port, 3000).then(
+    () => "reachable",
+    () => "unreachable",
+  );
+  const outputs = { ...outputsOf(inputs, proxy, state, egress), egressProblem: null };
   return { id: staticResourceId(proxy), props: plain(outputs), inputs: plain(inputs) };
 }
 
@@ -121,7 +139,10 @@ export async function update(_id: string, olds: Props, news: Props): Promise<{ o
     checkedAt: typeof olds.checkedAt === "string" ? olds.checkedAt : null,
   };
   const state = typeof olds.state === "string" ? olds.state : "reachable";
-  const outs: Props = { ...outputsOf(inputs, proxyAddressOf(inputs.url), state, egress) };
+  const outs: Props = {
+    ...outputsOf(inputs, proxyAddressOf(inputs.url), state, egress),
+    egressProblem: olds.egressProblem ?? null,
+  };
   return { outs: plain(outs) };
 }
 
@@ -153,15 +174,18 @@ async function egressOf(
   inputs: StaticProxyInputs,
   deadline: ReturnType<typeof deadlineFor>,
 ): Promise<EgressFinding> {
-  const check =
-    inputs.egressCheck === undefined
-      ? undefined
-      : {
-          ...inputs.egressCheck,
-          proxyAuth: inputs.egressCheck.proxyAuth ?? proxy.credentials,
-        };
+  const check = checkWithCredentials(inputs, proxy);
   const readiness = { mode: inputs.readiness.mode, port: proxy.port };
   return egressAtReadiness(proxy.host, { readiness, egressCheck: check }, deadline);
+}
+
+function checkWithCredentials(
+  inputs: StaticProxyInputs,
+  proxy: ProxyAddress,
+): EgressCheck | undefined {
+  return inputs.egressCheck === undefined
+    ? undefined
+    : { ...inputs.egressCheck, proxyAuth: inputs.egressCheck.proxyAuth ?? proxy.credentials };
 }
 
 function outputsOf(

@@ -40,6 +40,14 @@ export interface StaticProxyArgs {
    * credentials are sent. See docs/egress.md.
    */
   egressCheck?: EgressCheckArgs;
+  /**
+   * Re-check the proxy on every refresh that finds it running: its port, then
+   * `egressCheck` through it (3 tries, each capped as at create). A proxy that
+   * does not answer is recorded in `egressProblem` and `state: unreachable`
+   * (the pool publishes it not ready; it is not ours to heal); a new exit
+   * address is accepted. Default off; EgressProxyPool turns it on. docs/day2.md.
+   */
+  egressRecheck?: pulumi.Input<boolean>;
   timeouts?: TimeoutsArgs;
 }
 
@@ -63,6 +71,16 @@ export class StaticProxy extends pulumi.dynamic.Resource {
   declare readonly egressIp: pulumi.Output<string | null>;
   /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
   declare readonly checkedAt: pulumi.Output<string | null>;
+  /**
+   * What the last egress re-check found wrong; null when it passed or none ran.
+   * kind "unanswered": the proxy gave no answer; "egress": it answered without an address.
+   */
+  declare readonly egressProblem: pulumi.Output<{
+    kind: "unanswered" | "egress";
+    reason: string;
+    since: string;
+    restartedAt?: string;
+  } | null>;
 
   /** Takes an existing proxy into the stack by id (`proxies/<host>:<port>`); give its `url` in args. */
   static get(

@@ -6,6 +6,7 @@
 import { z } from "zod";
 import { egressCheckSchema } from "../common/egress";
 import {
+  egressRecheckSchema,
   ownerSchema,
   PROXIED_HTTP_URL,
   timeoutsSchema,
@@ -95,6 +96,8 @@ export const staticProxyInputsSchema = z.strictObject({
   readiness: staticReadinessSchema.default({ mode: "port" }),
   /** Without proxyAuth, the URL's own credentials are used. */
   egressCheck: egressCheckSchema.optional(),
+  /** Re-check the port, then the egress check, on every refresh (common/egress-recheck.ts). */
+  egressRecheck: egressRecheckSchema,
   timeouts: timeoutsSchema.default({ createSeconds: 900, readySeconds: 600, deleteSeconds: 300 }),
   owner: ownerSchema,
 });

@@ -7,10 +7,14 @@
 import { startEchoServer, startForwardProxy, startTcpEchoServer } from "../support/forward-proxy";
 
 export const BENCH_AUTH = { user: "bench", password: "bench password" };
+/** An echo service's answer time from a data centre (ipify and the like: tens of milliseconds). */
+export const DISTANT_ECHO_MS = 50;
 
 async function main(): Promise<void> {
   const count = Number(process.argv[2] ?? "200");
   const echo = await startEchoServer("127.0.0.1");
+  // The refresh bench's echo answers as one across the internet would (test/bench/check.ts).
+  const distantEcho = await startEchoServer("127.0.0.1", DISTANT_ECHO_MS);
   const tunnel = await startTcpEchoServer("127.0.0.1");
   const urls: string[] = [];
   for (let index = 0; index < count; index++) {
@@ -20,7 +24,9 @@ async function main(): Promise<void> {
       `http://${BENCH_AUTH.user}:${encodeURIComponent(BENCH_AUTH.password)}@${host}:${proxy.port}`,
     );
   }
-  process.stdout.write(`${JSON.stringify({ echo: echo.port, tunnel: tunnel.port, urls })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ echo: echo.port, distantEcho: distantEcho.port, tunnel: tunnel.port, urls })}\n`,
+  );
   process.on("SIGTERM", () => process.exit(0));
 }
 

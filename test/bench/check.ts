@@ -6,6 +6,16 @@
  * CONNECT and egress through one proxy). Printed as
  * `bench check_200_proxies_seconds=<x>`, `bench check_1_proxy_seconds=<x>`,
  * `bench check_one_probe_ms=<x>`.
+ *
+ * The same farm measures a refresh with the egress re-check: StaticProxy's
+ * read (egressRecheck on, an egress check through each proxy) for all 200
+ * at once, as the engine runs every resource's read in parallel, beside the
+ * read of one (`refresh_200_proxies_seconds`, `refresh_1_proxy_seconds`).
+ * Their echo service answers after DISTANT_ECHO_MS, as a real one across the
+ * internet does: that wait is what a refresh of one proxy costs, and what
+ * 200 concurrent reads must share rather than add up. The same 200 against
+ * the instant loopback echo (`refresh_200_proxies_loopback_seconds`) is the
+ * CPU the re-checks cost on their own.
  */
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -14,6 +24,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { probeProxy } from "../../cli/check/probe";
 import { targetFromUrl } from "../../cli/check/targets";
+import * as staticProvider from "../../provider/static/provider";
 import { median, printBench, timeMsAsync } from "./measure";
 
 const PROXIES = 200;
@@ -21,6 +32,7 @@ const BIN = join(__dirname, "..", "..", "cli", "main.js");
 
 interface Farm {
   echo: number;
+  distantEcho: number;
   tunnel: number;
   urls: string[];
 }
@@ -47,7 +59,7 @@ export async function runCheckBenchmarks(): Promise<void> {
       createInterface({ input: farm.stdout! }).once("line", resolve);
       farm.once("exit", (code) => reject(new Error(`the proxy farm exited (${code})`)));
     });
-    const { echo, tunnel, urls } = JSON.parse(line) as Farm;
+    const { echo, distantEcho, tunnel, urls } = JSON.parse(line) as Farm;
     const flags = [
       "--target",
       `http://127.0.0.1:${echo}/`,
@@ -93,8 +105,48 @@ export async function runCheckBenchmarks(): Promise<void> {
     printBench("check_200_proxies_seconds", (await times(all)) / 1000);
     printBench("check_1_proxy_seconds", (await times(one)) / 1000);
     printBench("check_one_probe_ms", median(probes));
+    await refreshBenchmarks(
+      urls,
+      `http://127.0.0.1:${distantEcho}/json`,
+      `http://127.0.0.1:${echo}/json`,
+    );
   } finally {
     farm.kill("SIGTERM");
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** Each read must re-check and find its proxy answering, or the figure would time a failure. */
+async function refreshAll(proxies: { id: string; outs: Record<string, unknown> }[]): Promise<void> {
+  const reads = await Promise.all(proxies.map(({ id, outs }) => staticProvider.read(id, outs)));
+  for (const read of reads)
+    if (read.props?.egressProblem !== null)
+      throw new Error(`the re-check failed: ${JSON.stringify(read.props?.egressProblem)}`);
+}
+
+async function refreshBenchmarks(
+  urls: string[],
+  distantEgressUrl: string,
+  loopbackEgressUrl: string,
+): Promise<void> {
+  const owner = { project: "bench", stack: "bench", resource: "static" };
+  const created = (egressUrl: string) =>
+    Promise.all(
+      urls.map((url) =>
+        staticProvider.create({ url, egressCheck: { url: egressUrl }, egressRecheck: true, owner }),
+      ),
+    );
+  const proxies = await created(distantEgressUrl);
+  const times = async (subset: typeof proxies) => {
+    await refreshAll(subset); // warm-up
+    const runs: number[] = [];
+    for (let run = 0; run < 5; run++) runs.push(await timeMsAsync(() => refreshAll(subset)));
+    return median(runs);
+  };
+  printBench("refresh_200_proxies_seconds", (await times(proxies)) / 1000);
+  printBench("refresh_1_proxy_seconds", (await times(proxies.slice(0, 1))) / 1000);
+  printBench(
+    "refresh_200_proxies_loopback_seconds",
+    (await times(await created(loopbackEgressUrl))) / 1000,
+  );
 }

@@ -80,6 +80,8 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
       image: { url: imageServer.url, sha256: imageSha256 },
       userData: "#cloud-config\nruncmd: [echo engine]\n",
       readiness: { mode: "none" },
+      // On as in a pool: with readiness "none" it checks nothing, and the resync below stays quiet.
+      egressRecheck: true,
       timeouts: { createSeconds: 300, readySeconds: 60, deleteSeconds: 120 },
       ...overrides,
     };

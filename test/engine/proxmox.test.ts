@@ -26,6 +26,9 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     return simulatorProxyArgs(sim, {
       tags: ["Edge"],
       userData: "#cloud-config\nruncmd: [echo hi]\n",
+      // On as in a pool (readiness "address" without an egress check re-checks nothing here;
+      // egress-recheck.test.ts re-checks a proxy for real): the resync below stays quiet.
+      egressRecheck: true,
       ...overrides,
     });
   }

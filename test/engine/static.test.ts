@@ -50,6 +50,7 @@ describe("engine: StaticProxy through the dynamic-provider gRPC server", functio
       url: url(),
       readiness: { probeUrl: `http://127.0.0.1:${echo.port}/` },
       egressCheck: { url: `http://127.0.0.1:${echo.port}/json`, field: "ip" },
+      egressRecheck: true,
       timeouts: { createSeconds: 60, readySeconds: 20, deleteSeconds: 60 },
     });
     assert.equal(captured.type, "pulumi-nodejs:dynamic/egress-proxies:StaticProxy");
@@ -74,6 +75,11 @@ describe("engine: StaticProxy through the dynamic-provider gRPC server", functio
     );
     assert.deepEqual(planSummary(resync), ["none", "none", "none"]);
     assert.equal(resync.at(-1)!.stored.outputs.state, "reachable");
+    // With the egress re-check on, a confirming refresh moves no output (checkedAt is kept).
+    for (const round of resync) {
+      assert.equal(round.stored.outputs.checkedAt, created.properties.checkedAt);
+      assert.equal(round.stored.outputs.egressProblem, null);
+    }
 
     // Readiness settings change in place; another URL is another proxy.
     const retimed = await server.check(captured.urn, checked.inputs, {
@@ -105,6 +111,51 @@ describe("engine: StaticProxy through the dynamic-provider gRPC server", functio
       (await server.read(captured.urn, created.id, updated, retimed.inputs)).properties.state,
       "reachable",
     );
+  });
+
+  it("with the egress re-check: a changed exit address and a silent proxy show on refresh", async () => {
+    const captured = captureResourceInputs(project, "StaticProxy", "shop-1", {
+      url: url(),
+      egressCheck: { url: `http://127.0.0.1:${echo.port}/json` },
+      egressRecheck: true,
+    });
+    server ??= await DynamicProviderServer.start(project);
+    const checked = await server.check(captured.urn, {}, captured.inputs);
+    const created = await server.create(captured.urn, checked.inputs);
+    const stored = { id: created.id, outputs: created.properties, inputs: checked.inputs };
+    const again = async (egressAddress: string) => {
+      const port = proxy.port;
+      await proxy.close();
+      proxy = await startForwardProxy({ host: "127.0.0.2", auth: AUTH, egressAddress, port });
+    };
+    const refreshAndPlan = async () => {
+      const read = await server!.read(captured.urn, stored.id, stored.outputs, stored.inputs);
+      const plan = await server!.check(captured.urn, read.inputs, captured.inputs);
+      const diff = await server!.diff(captured.urn, stored.id, read.properties, plan.inputs);
+      return { read, diff };
+    };
+    try {
+      await again("127.0.0.4");
+      const moved = await refreshAndPlan();
+      assert.equal(moved.read.properties.egressIp, "127.0.0.4");
+      assert.equal(moved.read.properties.state, "reachable");
+      assert.equal(moved.diff.changes, "none", "a new exit address is accepted");
+
+      await proxy.close();
+      const silent = await refreshAndPlan();
+      assert.equal(silent.read.properties.state, "unreachable");
+      assert.match(
+        String((silent.read.properties.egressProblem as { reason: string }).reason),
+        /127\.0\.0\.2/,
+      );
+      assert.equal(silent.diff.changes, "none", "not ours to heal: reported only");
+    } finally {
+      await again("127.0.0.3");
+    }
+    const back = await refreshAndPlan();
+    assert.equal(back.read.properties.state, "reachable");
+    assert.equal(back.read.properties.egressProblem, null);
+    assert.equal(back.read.properties.egressIp, "127.0.0.3");
   });
 
   it("StaticProxy.get takes an existing proxy by id and url", async () => {

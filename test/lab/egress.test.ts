@@ -9,7 +9,9 @@
  *   requireDistinctEgress fails before declaring any Kubernetes object;
  * - `egress-proxies check` (the built bin) sees each proxy's own address on
  *   the direct port, the shared one behind NAT, and finds a paused VM and a
- *   stopped squid with exit status 1; promtool reads its Prometheus file.
+ *   stopped squid with exit status 1; promtool reads its Prometheus file;
+ * - refresh with the egress re-check: quiet when nothing changed, a new NAT
+ *   address accepted, the stopped squid's VM restarted in place by update.
  * Every guest, the echo process, its address and its NAT rule are removed
  * in `after`, also when a test fails.
  */
@@ -465,6 +467,71 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
     assert.deepEqual(report.summary, { total: 2, up: 1, down: 1, egressAddresses: 0 });
     assert.equal(report.proxies[0]!.up, true, "the resumed VM answers again");
     assert.match(String(report.proxies[1]!.error), /^http: .*ECONNREFUSED/);
+  });
+
+  it("refresh re-checks egress: confirmed quietly, a new NAT address accepted, the stopped squid restarted by up", async () => {
+    // The program with the pool's default: every refresh re-checks each running proxy.
+    const program = async (refreshed: Record<string, unknown>) =>
+      (await kvm.check(refreshed, { ...refreshed, egressRecheck: true })).inputs;
+    const refresh = async (index: number, olds = created[index]!.outs) => {
+      const read = await kvm.read(created[index]!.id, { ...olds, egressRecheck: true });
+      const news = await program(read.inputs!);
+      const diff = await kvm.diff(created[index]!.id, read.props!, news);
+      return { props: read.props!, news, changes: diff.changes };
+    };
+
+    // Proxy 0 answers as at create: no output moves, no plan.
+    const quiet = await refresh(0);
+    assert.equal(quiet.props.egressIp, natAddress);
+    assert.equal(quiet.props.checkedAt, created[0]!.outs.checkedAt);
+    assert.equal(quiet.props.egressProblem, null);
+    assert.equal(quiet.changes, false);
+
+    // The site's NAT now hands out another address: refresh shows it, the plan accepts it.
+    const movedNat = labAddress(lab, 245);
+    const snat = (action: "-A" | "-D", to: string) =>
+      labNs(
+        "iptables",
+        "-t",
+        "nat",
+        action,
+        "INPUT",
+        "-p",
+        "tcp",
+        "-d",
+        echoAddress,
+        "--dport",
+        String(ports.nat),
+        "-j",
+        "SNAT",
+        "--to-source",
+        to,
+      );
+    iptables("-D");
+    snat("-A", movedNat);
+    try {
+      const moved = await refresh(0);
+      assert.equal(moved.props.egressIp, movedNat);
+      assert.notEqual(moved.props.checkedAt, created[0]!.outs.checkedAt);
+      assert.equal(moved.changes, false, "a new exit address is accepted, nothing replaced");
+    } finally {
+      snat("-D", movedNat);
+      iptables("-A");
+    }
+
+    // Proxy 1's squid was stopped by the test before: drift on refresh, and `up` restarts the same VM.
+    const silent = await refresh(1);
+    assert.match(String((silent.props.egressProblem as { reason: string }).reason), /3128/);
+    assert.equal(silent.props.state, "running");
+    assert.equal(silent.changes, true);
+    const { outs } = await kvm.update(created[1]!.id, silent.props, silent.news);
+    assert.equal(outs.egressProblem, null);
+    assert.equal(outs.egressIp, natAddress);
+    assert.equal(outs.libvirtUuid, created[1]!.outs.libvirtUuid, "the same VM");
+    created[1] = { id: created[1]!.id, outs };
+    const healed = await refresh(1);
+    assert.equal(healed.props.egressProblem, null);
+    assert.equal(healed.changes, false);
   });
 
   it("deletes both proxies from their outputs (egressIp and checkedAt included), and read finds nothing", async () => {

@@ -40,7 +40,7 @@ export interface Spec {
 const LAB_SECONDS: Record<string, number> = {
   "engine/root-program.test.js": 170, // (2) the pool end to end
   "engine/stock-host.test.js": 150, // (1, UEFI) zero-config on a stock host
-  "lab/egress.test.js": 130, // (2) squid with auth, NAT, check
+  "lab/egress.test.js": 200, // (2) squid with auth, NAT, check, one restarted by the egress re-check
   "lab/kvm-proxy.test.js": 95, // (1 + 10 that are not waited for)
   "engine/kvm-heal.test.js": 65, // (2, and 4 replacements not waited for) heal on refresh + up
   "engine/kvm-reboot.test.js": 50, // (2, not waited for) a private libvirtd, up and restarted
@@ -59,6 +59,7 @@ const QUICK_SECONDS: Record<string, number> = {
   "cloud-init/nocloud-seed.test.js": 2.3,
   "cloud-init/squid-cloud-init.test.js": 1.1,
   "engine/egress.test.js": 1.7,
+  "engine/egress-recheck.test.js": 27,
   "engine/examples.test.js": 1.5,
   "engine/frozen-api.test.js": 3.5,
   "engine/kubernetes-optional.test.js": 4.3,
@@ -86,6 +87,7 @@ const QUICK_SECONDS: Record<string, number> = {
   "unit/check/serve.test.js": 0.1,
   "unit/cli/doctor.test.js": 7.9,
   "unit/common-deadline.test.js": 0.4,
+  "unit/common-egress-recheck.test.js": 8.5,
   "unit/common-lifecycle.test.js": 0.8,
   "unit/common-preview.test.js": 0.8,
   "unit/common.test.js": 0.1,

@@ -26,6 +26,7 @@ function listen(
   server: Server | TcpServer,
   host: string,
   sockets: Set<Socket>,
+  port = 0,
 ): Promise<RunningServer> {
   server.on("connection", (socket: Socket) => {
     sockets.add(socket);
@@ -33,7 +34,7 @@ function listen(
   });
   return new Promise((resolve, reject) => {
     server.once("error", reject);
-    server.listen(0, host, () => {
+    server.listen(port, host, () => {
       const address = server.address();
       if (address === null || typeof address === "string") throw new Error("no port");
       resolve({
@@ -55,6 +56,8 @@ export interface ForwardProxyOptions {
   auth?: { user: string; password: string };
   /** Source address of outgoing connections (the "egress"); default: the kernel's choice. */
   egressAddress?: string;
+  /** Listen on this port (a proxy started again where another one was); default: any free port. */
+  port?: number;
 }
 
 export interface ForwardProxy extends RunningServer {
@@ -131,7 +134,7 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
     upstream.on("error", () => client.end("HTTP/1.1 503 Service Unavailable\r\n\r\n"));
     client.on("error", () => upstream.destroy());
   });
-  const running = await listen(server, options.host, sockets);
+  const running = await listen(server, options.host, sockets, options.port);
   return Object.defineProperty(running, "served", { get: () => stats.served }) as ForwardProxy;
 }
 
@@ -140,10 +143,16 @@ function splitAuthority(authority: string): [string, number] {
   return [authority.slice(0, at).replace(/^\[(.*)\]$/, "$1"), Number(authority.slice(at + 1))];
 }
 
-/** Answers with the caller's address: plain text at /, `{"ip": ...}` at /json. */
-export function startEchoServer(host: string): Promise<RunningServer> {
-  const server = createServer((req, res) => {
+/**
+ * Answers with the caller's address: plain text at /, `{"ip": ...}` at /json;
+ * after `delayMs` when given (an echo service across the internet).
+ */
+export function startEchoServer(host: string, delayMs = 0): Promise<RunningServer> {
+  const server = createServer(async (req, res) => {
+    if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
     const caller = (req.socket.remoteAddress ?? "").replace(/^::ffff:/, "");
+    // No reuse: a proxy that kept its connection would keep the source address NAT gave it first.
+    res.setHeader("connection", "close");
     if (req.url?.startsWith("/json")) {
       res.writeHead(200, { "content-type": "application/json" });
       res.end(JSON.stringify({ ip: caller }));

@@ -348,6 +348,43 @@ describe("egress-proxies check: reports", () => {
     assert.doesNotMatch(renderTable(report([up("kvm1-0")])), /rotate/);
   });
 
+  it("pool members sharing an exit address: the rotate change that leaves each address to one", () => {
+    const text = renderTable(
+      report([up("kvm1-0", "192.0.2.1"), up("kvm1-1", "192.0.2.1"), up("pve1-0", "192.0.2.1")]),
+    );
+    assert.match(text, /rotate: \{ "kvm1-1": "2026-11-30", "pve1-0": "2026-11-30" \}/);
+    assert.doesNotMatch(
+      renderTable(report([up("a:1", "192.0.2.1"), up("b:1", "192.0.2.1")])),
+      /rotate/,
+    );
+  });
+
+  it("members past their rotateAfter (the pool's rotateAfterDays) get the rotate change too", () => {
+    const aged = { ...up("kvm1-0", "192.0.2.1"), rotateAfter: "2026-11-29T00:00:00.000Z" };
+    const young = { ...up("kvm1-1", "192.0.2.2"), rotateAfter: "2026-12-29T00:00:00.000Z" };
+    const text = renderTable(report([aged, young]));
+    assert.match(
+      text,
+      /due for rotation by age \(rotateAfterDays\): kvm1-0 \(since 2026-11-29T00:00:00\.000Z\)/,
+    );
+    assert.ok(
+      text.split("\n").includes(`  pool arguments: rotate: { "kvm1-0": "2026-11-30" }`),
+      text,
+    );
+    assert.doesNotMatch(text, /kvm1-1"/);
+    // The pool's stack output names them: the check reads rotateAfter with the member's name.
+    const [target] = targetsFromDocument(
+      {
+        endpoints: ["http://10.0.0.5:3128"],
+        proxies: [
+          { name: "kvm1-0", endpoint: "http://10.0.0.5:3128", rotateAfter: aged.rotateAfter },
+        ],
+      },
+      "outputs",
+    );
+    assert.deepEqual([target!.name, target!.rotateAfter], ["kvm1-0", aged.rotateAfter]);
+  });
+
   it("summary wording", () => {
     assert.equal(summaryLine(summarize([up("a"), up("b")])), "2 proxies: all up");
     assert.equal(summaryLine(summarize([down("a")])), "1 proxy: 0 up, 1 down");

@@ -56,8 +56,18 @@ async function useMocks(preview: boolean): Promise<void> {
             state.egressIp = args.type.includes("Kvm") ? "203.0.113.1" : `203.0.113.${100 + index}`;
         }
         // What a refresh finds when a VM was stopped by hand: the member named "*-stopped-*".
-        if (args.type.includes("KvmProxy") || args.type.includes("ProxmoxProxy"))
+        if (args.type.includes("KvmProxy") || args.type.includes("ProxmoxProxy")) {
           state.state = args.name.includes("-stopped-") ? "stopped" : "running";
+          state.createdAt = "2026-11-01T00:00:00.000Z";
+        }
+        // What a refresh with the egress re-check finds when squid stopped answering: "*-silent-*".
+        state.egressProblem = args.name.includes("-silent-")
+          ? {
+              kind: "unanswered",
+              reason: "connect ECONNREFUSED 198.51.100.12:3128",
+              since: "2026-12-02T10:00:00.000Z",
+            }
+          : null;
         if (args.type.includes("StaticProxy")) {
           const url = new URL(String(inputs.url));
           state.host = url.hostname;
@@ -488,6 +498,11 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       String(failure?.message),
       /2 proxies leave from 1 distinct egress address; shared: 203\.0\.113\.1 \(home-0, home-1\).*requireDistinctEgress is true, so nothing is published/,
     );
+    // The collision is the pool's finding (only it sees every member): it names the exact change.
+    assert.match(
+      String(failure?.message),
+      /replace the later members with rotate: \{ "home-1": "\d{4}-\d\d-\d\d" \}/,
+    );
     assert.equal(
       registered.filter((r) => r.type.startsWith("kubernetes:")).length,
       0,
@@ -712,6 +727,76 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
         (entry) => entry.ready,
       ),
       [true, false],
+    );
+  });
+
+  it("egress re-check: on for every member by default, a silent member published not ready; rotateAfterDays passed on", async () => {
+    const instance = new pool.EgressProxyPool("recheck", {
+      backends: [KVM("up"), KVM("silent"), STATIC("shop", ["http://203.0.113.7:3128"])],
+      count: 3,
+      rotateAfterDays: 30,
+      kubernetes: { namespace: "crawlers", name: "egress" },
+    });
+    const proxies = await valueOf(instance.proxies);
+    await settle();
+    assert.deepEqual(
+      proxies.map((proxy) => [proxy.backend, proxy.ready, proxy.egressProblem, proxy.rotateAfter]),
+      [
+        ["up", true, null, "2026-12-01T00:00:00.000Z"],
+        ["silent", false, "connect ECONNREFUSED 198.51.100.12:3128", "2026-12-01T00:00:00.000Z"],
+        ["shop", true, null, null],
+      ],
+    );
+    const children = registered.filter(
+      (r) => r.name.startsWith("recheck-") && /Proxy$/.test(r.type),
+    );
+    assert.deepEqual(
+      Object.fromEntries(
+        children.map((r) => {
+          const inputs = plain(r.inputs) as { egressRecheck?: boolean; rotateAfterDays?: number };
+          return [r.name, [inputs.egressRecheck, inputs.rotateAfterDays ?? null]];
+        }),
+      ),
+      {
+        "recheck-up-0": [true, 30],
+        "recheck-silent-0": [true, 30],
+        "recheck-shop-0": [true, null],
+      },
+    );
+    const slice = plain(
+      registered.find(
+        (r) =>
+          r.type === "kubernetes:discovery.k8s.io/v1:EndpointSlice" && r.name.startsWith("recheck"),
+      )!.inputs,
+    ) as { endpoints: Array<{ conditions: { ready?: boolean } }> };
+    assert.deepEqual(
+      slice.endpoints.map((endpoint) => endpoint.conditions),
+      [{ ready: true }, { ready: false }, { ready: true }],
+    );
+
+    registered = [];
+    new pool.EgressProxyPool("norecheck", {
+      backends: [KVM("kvm1")],
+      count: 1,
+      recheckEgress: false,
+    });
+    await settle();
+    assert.equal(
+      (
+        plain(registered.find((r) => r.name === "norecheck-kvm1-0")!.inputs) as {
+          egressRecheck: boolean;
+        }
+      ).egressRecheck,
+      false,
+    );
+    assert.throws(
+      () =>
+        new pool.EgressProxyPool("badage", {
+          backends: [KVM("kvm1")],
+          count: 1,
+          rotateAfterDays: 0,
+        }),
+      /rotateAfterDays must be a number of days above 0/,
     );
   });
 

@@ -81,11 +81,14 @@ describe("root program: stack config", () => {
         squid: { port: 8080, basicAuthUser: "crawler", allowedClientCidrs: ["10.0.0.0/8"] },
         kubernetes: { namespace: "crawlers", name: "egress" },
         readiness: "address",
+        recheckEgress: false,
+        rotateAfterDays: 30,
       },
       basicAuthPassword: "<secret password>",
       kvmPrivateKey: PRIVATE_KEY,
     });
     assert.ok(result.ok, JSON.stringify(result));
+    assert.deepEqual([result.args.recheckEgress, result.args.rotateAfterDays], [false, 30]);
     const kvm = result.args.backends[0] as unknown as {
       kvm: { connection: Record<string, unknown>; network: unknown };
     };

@@ -1,0 +1,287 @@
+/**
+ * What a refresh re-checks about a proxy it finds running (the input
+ * `egressRecheck: true`; the pool sets it), and the rule by which the next
+ * `up` acts on it. The backends call these steps from read, diff and update;
+ * the rule lives here so that every backend follows the same one
+ * (docs/day2.md, "Egress re-checked on refresh"):
+ *
+ * - the proxy answers with the exit address recorded: nothing changes, not
+ *   even `checkedAt` (it keeps the time that address was first seen), so a
+ *   resync of a healthy pool changes no output and plans nothing;
+ * - it answers with another exit address: accepted (`egressIp` and
+ *   `checkedAt` are new) and the pool republishes it;
+ * - it does not answer (its port, or the egress URL through it, after
+ *   RECHECK_ATTEMPTS tries each capped like create's): `egressProblem` is
+ *   recorded, the pool publishes the member not ready, and the next `up`
+ *   restarts the VM in place (the heal of a stopped VM) and waits for
+ *   readiness and the egress check again;
+ * - a refresh that finds it still not answering after such a restart reports
+ *   a `rotation` the program does not hold, so the next `up` replaces it
+ *   (created before the old one is deleted, under a new generated name);
+ * - a VM older than `rotateAfterDays` is reported the same way.
+ *
+ * An exit address shared with another member is not a resource's finding:
+ * only the pool sees every member (components/pool.ts decides that).
+ */
+import type { Deadline } from "./deadline";
+import { sleepWithin } from "./deadline";
+import type { DiffDecision } from "./diff";
+import { egressAddressIn, egressCheckSchema } from "./egress";
+import { PermanentError } from "./errors";
+import { fetchThroughProxy, type ProxyCredentials } from "./proxy-probe";
+import { tryTcpConnect } from "./readiness";
+
+type Props = Record<string, unknown>;
+
+/** Tries before a proxy counts as not answering: one dropped connection must not restart a VM. */
+export const RECHECK_ATTEMPTS = 3;
+/** Each try is capped as one attempt of create's egress check is. */
+const ATTEMPT_CAP_MS = 10_000;
+const PAUSE_MS = 2_000;
+
+/** Output key: what the last re-check found wrong, null when it passed. FROZEN: state carries it. */
+export const EGRESS_PROBLEM_KEY = "egressProblem";
+
+export interface EgressProblem {
+  /**
+   * "unanswered": the proxy itself gave no answer (port refused, timeout,
+   * connection dropped): restarted, then replaced. "egress": it answered, but
+   * not with an address (squid's error page, refused credentials): reported
+   * only, since the echo service being down would fail every proxy alike.
+   */
+  kind: "unanswered" | "egress";
+  /** The proxy's last answer (or why there was none), without credentials. */
+  reason: string;
+  /** When a refresh first found it, ISO 8601 (kept while the problem lasts). */
+  since: string;
+  /** When an `up` restarted the VM for it (the heal tried); absent before. */
+  restartedAt?: string;
+}
+
+export interface RecheckFinding {
+  egressIp: string | null;
+  checkedAt: string | null;
+  egressProblem: EgressProblem | null;
+}
+
+/** The egress check as the re-check uses it: the URL, the field, the proxy's credentials. */
+export interface RecheckCheck {
+  url: string;
+  field?: string;
+  proxyAuth?: ProxyCredentials;
+}
+
+/** The recorded problem in a resource's outputs, if any. */
+export function egressProblemOf(props: Props): EgressProblem | undefined {
+  const value = props[EGRESS_PROBLEM_KEY];
+  if (value === null || typeof value !== "object") return undefined;
+  const { kind, reason, since, restartedAt } = value as Record<string, unknown>;
+  if (typeof reason !== "string" || typeof since !== "string") return undefined;
+  return {
+    kind: kind === "egress" ? "egress" : "unanswered",
+    reason,
+    since,
+    ...(typeof restartedAt === "string" ? { restartedAt } : {}),
+  };
+}
+
+/**
+ * One re-check of a proxy found running: the egress URL through it when the
+ * resource has an egress check, else its port. Never throws: what it finds
+ * is the result. `previous` are the outputs state holds.
+ */
+export async function recheckEgress(
+  proxy: { host: string; port: number },
+  check: RecheckCheck | undefined,
+  previous: Props,
+  deadline: Deadline,
+): Promise<RecheckFinding> {
+  const knownIp = typeof previous.egressIp === "string" ? previous.egressIp : null;
+  const knownAt = typeof previous.checkedAt === "string" ? previous.checkedAt : null;
+  const problem = egressProblemOf(previous);
+  let last = "no attempt within the refresh's deadline";
+  let kind: EgressProblem["kind"] = "unanswered";
+  for (let attempt = 1; attempt <= RECHECK_ATTEMPTS && !deadline.expired(); attempt++) {
+    kind = "unanswered";
+    try {
+      let egressIp = knownIp;
+      const capMs = deadline.capped(ATTEMPT_CAP_MS);
+      if (check === undefined) await tryTcpConnect(proxy.host, proxy.port, capMs);
+      else {
+        const answer = await fetchThroughProxy(proxy, check.url, capMs, check.proxyAuth);
+        kind = "egress";
+        egressIp = egressAddressIn(answer, proxy, check, check.proxyAuth);
+      }
+      // The same finding keeps its time: a confirming refresh changes no output.
+      const same = problem === undefined && egressIp === knownIp && knownAt !== null;
+      return {
+        egressIp,
+        checkedAt: same ? knownAt : new Date().toISOString(),
+        egressProblem: null,
+      };
+    } catch (error) {
+      last = (error as Error).message;
+      // Refused credentials, an answer that is no address: asking again cannot help.
+      if (error instanceof PermanentError) break;
+    }
+    if (attempt < RECHECK_ATTEMPTS && deadline.remainingMs() > PAUSE_MS)
+      await sleepWithin(PAUSE_MS, deadline);
+  }
+  return {
+    egressIp: knownIp,
+    checkedAt: knownAt,
+    egressProblem: {
+      kind,
+      reason: last,
+      // A problem of another kind starts its own time.
+      since: problem?.kind === kind ? problem.since : new Date().toISOString(),
+      // The restart was for a proxy that did not answer: it counts while that lasts.
+      ...(problem?.restartedAt === undefined || kind !== "unanswered"
+        ? {}
+        : { restartedAt: problem.restartedAt }),
+    },
+  };
+}
+
+/**
+ * Whether the next `up` restarts the VM for its egress: the re-check is on,
+ * the VM was found running and is meant to run, and the last refresh found
+ * the proxy silent. Once: after a restart that did not help, the next refresh
+ * reports the VM for replacement instead (an `up` without refresh in between
+ * restarts nothing more).
+ */
+export function needsEgressRestart(olds: Props, news: Props): boolean {
+  const problem = egressProblemOf(olds);
+  return (
+    news.egressRecheck === true &&
+    news.running !== false &&
+    olds.running !== false &&
+    olds.state === "running" &&
+    problem?.kind === "unanswered" &&
+    problem.restartedAt === undefined
+  );
+}
+
+/** Whether the proxy failed its last re-check by not answering at all (the pool publishes it not ready). */
+export const isUnanswered = (problem: unknown): boolean =>
+  egressProblemOf({ [EGRESS_PROBLEM_KEY]: problem })?.kind === "unanswered";
+
+/** The table's decision, plus the in-place restart the rule asks for. */
+export function withEgressHeal(decision: DiffDecision, olds: Props, news: Props): DiffDecision {
+  if (decision.changes || !needsEgressRestart(olds, news)) return decision;
+  return { ...decision, changes: true };
+}
+
+/**
+ * The `rotation` a refresh reports when the VM is due for replacement (a new
+ * value replaces it, see the change tables), or undefined to keep what the
+ * inputs hold. Stable across refreshes (it quotes recorded times only), so
+ * refreshing again changes nothing until the `up` replaces the VM.
+ */
+export function rotationDue(
+  inputs: { rotateAfterDays?: number | undefined },
+  createdAt: unknown,
+  finding: RecheckFinding | undefined,
+  now = Date.now(),
+): string | undefined {
+  const restartedAt = finding?.egressProblem?.restartedAt;
+  if (restartedAt !== undefined && finding?.egressProblem?.kind === "unanswered")
+    return `replace: no egress answer after the restart at ${restartedAt}`;
+  const days = inputs.rotateAfterDays;
+  if (days === undefined || typeof createdAt !== "string") return undefined;
+  const born = Date.parse(createdAt);
+  if (Number.isNaN(born) || now - born < days * 86_400_000) return undefined;
+  return `replace: older than ${days} days (created ${createdAt})`;
+}
+
+/**
+ * An `up` restarted the VM and it still did not answer. Shaped as Pulumi's
+ * dynamic-provider server expects for "ErrorResourceInitFailed" (id,
+ * properties, reasons): the engine keeps the VM in state with these outputs,
+ * which record the restart, so the next refresh reports it for replacement.
+ */
+export class EgressHealFailedError extends Error {
+  override readonly name = "EgressHealFailedError";
+  readonly reasons: string[];
+  readonly properties: Props;
+
+  constructor(
+    readonly id: string,
+    outputs: Props,
+    cause: Error,
+    /** The update's new inputs, for the serialized provider they carry. */
+    request: Props,
+  ) {
+    super(
+      `${cause.message}; the VM was restarted because the last refresh found it not answering, and it still does not: the next \`pulumi up --refresh\` replaces it`,
+      { cause },
+    );
+    this.reasons = [this.message];
+    const problem = egressProblemOf(outputs);
+    this.properties = {
+      ...outputs,
+      [EGRESS_PROBLEM_KEY]: {
+        kind: "unanswered",
+        reason: cause.message,
+        since: problem?.since ?? new Date().toISOString(),
+        restartedAt: new Date().toISOString(),
+      },
+      ...(typeof request.__provider === "string" ? { __provider: request.__provider } : {}),
+    };
+  }
+}
+
+/** The inputs the re-check reads (the same on every backend). */
+export interface RecheckInputs {
+  egressRecheck?: boolean | undefined;
+  egressCheck?: RecheckCheck | undefined;
+  readiness: { mode: string; port: number };
+}
+
+/**
+ * Read's step: re-check a proxy found serving at `address` when the input
+ * asks for it, and say which outputs that sets. Without a re-check (off, a
+ * VM not running, readiness "none") no problem is recorded: `running` and
+ * `state` report a VM that is not running, and the proxy is re-checked when
+ * it runs again. Readiness "none" checks nothing, and "address" only the
+ * egress check when there is one.
+ */
+export async function recheckOnRead(
+  inputs: RecheckInputs,
+  found: { serving: boolean; address: string | null },
+  previous: Props,
+  deadline: Deadline,
+): Promise<{ finding: RecheckFinding | undefined; outputs: Props }> {
+  // What create checked is what refresh re-checks: readiness "address" waits for no port.
+  const checked =
+    inputs.readiness.mode === "port" ||
+    (inputs.readiness.mode === "address" && inputs.egressCheck !== undefined);
+  if (inputs.egressRecheck !== true || !checked || !found.serving || found.address === null)
+    return { finding: undefined, outputs: { [EGRESS_PROBLEM_KEY]: null } };
+  const finding = await recheckEgress(
+    { host: found.address, port: inputs.readiness.port },
+    inputs.egressCheck,
+    previous,
+    deadline,
+  );
+  return { finding, outputs: { ...finding } };
+}
+
+/**
+ * The re-check's inputs from stored props, leniently (read must work on
+ * state written by older versions): what does not parse is left out.
+ */
+export function recheckInputsOf(
+  props: Props,
+  port: number,
+): RecheckInputs & { rotateAfterDays?: number } {
+  const check = egressCheckSchema.safeParse(props.egressCheck);
+  const mode = (props.readiness as { mode?: unknown } | undefined)?.mode;
+  const days = props.rotateAfterDays;
+  return {
+    egressRecheck: props.egressRecheck === true,
+    ...(check.success && check.data !== undefined ? { egressCheck: check.data } : {}),
+    readiness: { mode: typeof mode === "string" ? mode : "port", port },
+    ...(typeof days === "number" && days > 0 ? { rotateAfterDays: days } : {}),
+  };
+}
