@@ -562,11 +562,11 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   const live = await stepsWithin(deadline, progressLog)("update", () =>
     applyOnHost(id, olds, inputs, changes, deadline, replaceOnNextUp),
   ).catch((error: unknown) => {
-    // Not ready at all after the start: replaced at the next up (replacement.ts); ready but
-    // still without an egress answer: recorded for the re-check's rule (egress-recheck.ts).
-    throw changes.restart && !(error instanceof ReplaceOnNextUpError)
-      ? new EgressHealFailedError(id, outs, toError(error), news)
-      : error;
+    if (!changes.restart) throw error;
+    // The re-check's restart did not heal it, ready or not: its rule replaces the VM new-VM-first at
+    // the next refresh + up (egress-recheck.ts), gentler than the delete-first repair (replacement.ts).
+    const cause = error instanceof ReplaceOnNextUpError ? (error.cause ?? error) : error;
+    throw new EgressHealFailedError(id, outs, toError(cause), news);
   });
   return { outs: plain({ ...outs, ...live }) };
 }

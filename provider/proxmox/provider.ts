@@ -753,10 +753,13 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
     const egress = await egressAtReadiness(ready.ip, spec, deadline);
     return { outs: plain({ ...ready, ...egress, egressProblem: null }) };
   } catch (error) {
-    if (error instanceof ReplaceOnNextUpError) throw error;
-    // Ready but still without an egress answer after the restart: recorded for the re-check's rule.
-    const failure = withContext(error, context);
-    throw restart ? new EgressHealFailedError(id, { ...carried }, failure, news) : failure;
+    if (restart) {
+      // The re-check's restart did not heal it, ready or not: its rule replaces the VM new-VM-first
+      // at the next refresh + up (egress-recheck.ts), gentler than the delete-first repair.
+      const cause = error instanceof ReplaceOnNextUpError ? (error.cause ?? error) : error;
+      throw new EgressHealFailedError(id, { ...carried }, withContext(cause, context), news);
+    }
+    throw error instanceof ReplaceOnNextUpError ? error : withContext(error, context);
   }
 }
 
