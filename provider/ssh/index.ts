@@ -8,4 +8,5 @@ export * from "./auth";
 export * from "./local";
 export * from "./transport";
 export * from "./ciphers";
+export * from "./channel-data";
 export * from "./pool";

@@ -101,6 +101,7 @@ interface UploadChildReport {
   cpuMs: number;
   maxRssMb: number;
   ssh?: { cipher: string; mac: string; nativeBinding: boolean | null };
+  sealing?: string;
 }
 
 /** Our upload, in a process of its own so its peak RSS is the upload's alone. */
@@ -131,6 +132,7 @@ function recordSshLink(report: UploadChildReport): void {
   printBenchFact("ssh_cipher", ssh?.cipher ?? "unknown");
   printBenchFact("ssh_mac", ssh?.mac ?? "unknown");
   printBenchFact("ssh_native_binding", binding);
+  printBenchFact("ssh_channel_sealing", report.sealing ?? "unknown");
 }
 
 async function benchUpload(lab: LabEnv, file: string): Promise<void> {
