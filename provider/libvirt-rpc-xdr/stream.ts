@@ -93,10 +93,18 @@ function isReadIntoSource(source: Readable | ReadIntoSource): source is ReadInto
 
 /**
  * Frames kept for reuse. Backpressure bounds how many are out at once (one
- * being filled, one ready, those the transport holds: a window's worth over
- * SSH), so the spares rarely reach this; it only caps an odd transport.
+ * being filled, one ready, those the transport holds), so the spares rarely
+ * reach this; it only caps an odd transport.
  */
 const SPARE_FRAMES = 16;
+
+/**
+ * How many frames a ReadIntoSource upload fills ahead of the transport. The
+ * transport's own buffer can hold more (ssh2's channel takes 2 MiB while the
+ * SSH window is shut), but four 256 KiB frames already cover what one window
+ * adjust lets go; more would only be memory.
+ */
+const FRAMES_AHEAD = 4;
 
 export type UploadPhase =
   "awaiting-reply" | "sending" | "finishing" | "aborting" | "done" | "failed";
@@ -215,6 +223,8 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
   private ready: Buffer | undefined;
   /** Written frames, waiting to be filled again. */
   private readonly spareFrames: Buffer[] = [];
+  /** Full frames handed to the transport and not yet written by it. */
+  private framesOut = 0;
   /** A ReadIntoSource read is under way (into `frame`). */
   private reading = false;
   /** The rest of a source chunk read before the transport backed up; sent before reading more. */
@@ -358,7 +368,12 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
         this.frame = undefined;
         this.frameFilled = 0;
       }
-      if (!this.reading && !this.sourceDone && this.frameFilled < this.chunkBytes) {
+      if (
+        !this.reading &&
+        !this.sourceDone &&
+        this.frameFilled < this.chunkBytes &&
+        (this.frame !== undefined || this.framesOut < FRAMES_AHEAD)
+      ) {
         this.startRead(source);
       }
       if (this.stopWaitingForDrain !== undefined) return;
@@ -446,13 +461,22 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
     return this.port.send(
       MessageStatus.CONTINUE,
       body,
-      whole &&
-        ((error) => {
-          if (error || this.finished || this.spareFrames.length >= SPARE_FRAMES) return;
-          reuseFramedBody(whole);
-          this.spareFrames.push(whole);
-        }),
+      whole && this.frameWritten(whole),
     );
+  }
+
+  private frameWritten(frame: Buffer): (error?: Error | null) => void {
+    this.framesOut++;
+    return (error) => {
+      this.framesOut--;
+      if (error || this.finished) return;
+      if (this.spareFrames.length < SPARE_FRAMES) {
+        reuseFramedBody(frame);
+        this.spareFrames.push(frame);
+      }
+      // A ReadIntoSource may have stopped reading ahead until this frame came back.
+      if (this.readInto && !this.reading) this.pump();
+    };
   }
 
   /** Everything is read and all but the last frame sent: send it, then the finish packet. */
