@@ -458,11 +458,7 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
   private sendBody(body: Buffer): boolean {
     this.bytesSent += body.length;
     const whole = body.length === this.chunkBytes ? body : undefined;
-    return this.port.send(
-      MessageStatus.CONTINUE,
-      body,
-      whole && this.frameWritten(whole),
-    );
+    return this.port.send(MessageStatus.CONTINUE, body, whole && this.frameWritten(whole));
   }
 
   private frameWritten(frame: Buffer): (error?: Error | null) => void {
