@@ -27,9 +27,9 @@ async function repeatedFile(file: string, times: number): Promise<ReadIntoSource
   let round = 0;
   let current = await fileUploadSource(file);
   return {
-    async readInto(buffer, offset, length) {
+    async readInto(targets) {
       for (;;) {
-        const bytes = await current.readInto(buffer, offset, length);
+        const bytes = await current.readInto(targets);
         if (bytes > 0 || ++round >= times) return bytes;
         current.close?.();
         current = await fileUploadSource(file);
