@@ -22,7 +22,7 @@
  * where ours stopped. Anything else, including a future ssh2 whose internals
  * look different, goes through ssh2's own `channelData`: slower, never wrong.
  */
-import { createCipheriv, createHmac, randomFillSync } from "node:crypto";
+import { createCipheriv, createHmac, randomFillSync, type Hmac } from "node:crypto";
 import type { Socket } from "node:net";
 import type { Client, ClientChannel } from "ssh2";
 
@@ -165,9 +165,12 @@ function gcmSealer(cipher: Ssh2GcmCipher): PacketSealer {
 
 function streamSealer(cipher: Ssh2StreamCipher): PacketSealer {
   const sequence = Buffer.alloc(4);
-  const mac = (...parts: Uint8Array[]): Buffer => {
+  /** The HMAC is set up before the cipher runs, so nothing that can throw comes after the keystream moved on. */
+  const startMac = (): Hmac => {
     sequence.writeUInt32BE(cipher.outSeqno, 0);
-    const hmac = createHmac(cipher._macSSLName, cipher._macKey).update(sequence);
+    return createHmac(cipher._macSSLName, cipher._macKey).update(sequence);
+  };
+  const finishMac = (hmac: Hmac, ...parts: Uint8Array[]): Buffer => {
     for (const part of parts) hmac.update(part);
     const digest = hmac.digest();
     return digest.length > cipher._macActualLen ? digest.subarray(0, cipher._macActualLen) : digest;
@@ -182,13 +185,14 @@ function streamSealer(cipher: Ssh2StreamCipher): PacketSealer {
       if (cipher._macETM) {
         // Encrypt-then-MAC: the length word stays clear and the MAC covers the ciphertext.
         const lengthWord = Buffer.from(packet.subarray(0, 4));
+        const hmac = startMac();
         const sealed = cipher._cipherInstance.update(packet.subarray(4));
-        const tag = mac(lengthWord, sealed);
+        const tag = finishMac(hmac, lengthWord, sealed);
         emit(lengthWord, false);
         emit(sealed, true);
         emit(tag, false);
       } else {
-        const tag = mac(packet);
+        const tag = finishMac(startMac(), packet);
         emit(cipher._cipherInstance.update(packet), true);
         emit(tag, false);
       }
@@ -246,6 +250,8 @@ export function installChannelDataWriter(
   let packet = Buffer.alloc(0);
   const paddingBytes = new PaddingBytes();
   let sealerFor: unknown;
+  /** Sealing failed once (see sendPacket): leave every later packet to ssh2. */
+  let broken = false;
   let sealer: PacketSealer | null = null;
   /** Ciphertexts in the socket's queue, oldest first; each is freed once the socket wrote it. */
   const inFlight: Buffer[] = [];
@@ -255,7 +261,10 @@ export function installChannelDataWriter(
       (bytes.buffer as ArrayBuffer & { transfer(length: number): ArrayBuffer }).transfer(0);
     }
   };
+  /** Set once a packet's first piece went to the socket: from then on a failure cannot be undone. */
+  let emitted = false;
   const emit = (bytes: Buffer, ownsMemory: boolean): void => {
+    emitted = true;
     if (ownsMemory) {
       inFlight.push(bytes);
       socket.write(bytes, written);
@@ -266,6 +275,7 @@ export function installChannelDataWriter(
 
   /** The sealer for the link's current state, or null when this packet must go through ssh2. */
   const currentSealer = (): PacketSealer | null => {
+    if (broken) return null;
     if (protocol._kexinit !== undefined || protocol._queue !== undefined) return null;
     if (!socket.writable) return null;
     const cipher = protocol._cipher;
@@ -308,7 +318,19 @@ export function installChannelDataWriter(
     view.writeUInt32BE(length, 10);
     data.copy(view, PACKET_HEAD_BYTES, start, start + length);
     paddingBytes.copyTo(view, unpadded, padding);
-    seal.seal(view, emit);
+    emitted = false;
+    try {
+      seal.seal(view, emit);
+    } catch (error) {
+      // Node's crypto refused (nothing of the packet written, no state advanced): ssh2 seals from now on.
+      if (emitted) throw error;
+      sealerFor = undefined;
+      sealer = null;
+      broken = true;
+      counts.handedToSsh2++;
+      protocol.channelData(id, data.subarray(start, start + length));
+      return;
+    }
     counts.sealed++;
   };
 
