@@ -4,7 +4,8 @@
  * `node libvirt-upload-child.js <env.json> <file> <volume> [times]`
  * uploads `file` `times` times in a row (default once) as one stream.
  * Prints one JSON line: {"ms": connect + upload time, "cpuMs": this process's
- * CPU over the same span, "maxRssMb": peak RSS, "ssh": the negotiated cipher
+ * CPU over the same span, "maxRssMb": peak RSS, "loadedRssMb": RSS with the
+ * modules loaded and nothing done yet, "ssh": the negotiated cipher
  * and MAC and whether ssh2's native binding loaded, "sealing": who encrypted
  * the channel's data packets}.
  */
@@ -47,6 +48,8 @@ async function main(): Promise<void> {
   const lab = JSON.parse(readFileSync(envFile, "utf8")) as LabEnv;
   let ssh: SshLinkAlgorithms | undefined;
   let sealing = null as ChannelDataWriter | null;
+  // What the process holds before it does anything: Node plus this package and ssh2 loaded.
+  const loadedRssMb = process.memoryUsage().rss / (1024 * 1024);
   const started = performance.now();
   const cpuBefore = process.cpuUsage();
   const conn = await openLibvirtOverSsh(labSshTarget(lab), {
@@ -66,6 +69,7 @@ async function main(): Promise<void> {
       ms,
       cpuMs: (cpu.user + cpu.system) / 1000,
       maxRssMb: process.resourceUsage().maxRSS / 1024,
+      loadedRssMb,
       ssh: ssh && { cipher: ssh.cipher, mac: ssh.mac, nativeBinding: ssh.nativeBinding },
       // Who sealed the channel's data packets: "ours" (channel-data.ts) or "ssh2" (all of them).
       sealing: sealing && sealing.counts.sealed > 0 ? "ours" : "ssh2",
