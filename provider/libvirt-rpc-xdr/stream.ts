@@ -113,7 +113,7 @@ const FRAMES_AHEAD = 4;
 /**
  * Frames one read fills (one readv). Every read is a trip through libuv's
  * thread pool, which cost more CPU than the copy itself at one 256 KiB read
- * per frame (a sixth of the uploading process's CPU on Node 22).
+ * per frame (about a fifth of the uploading process's CPU on Node 22).
  */
 const FRAMES_PER_READ = 2;
 
