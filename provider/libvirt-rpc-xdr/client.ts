@@ -45,6 +45,7 @@ import {
 import {
   DownloadMachine,
   UploadMachine,
+  type ReadIntoSource,
   decodeLibvirtError,
   type StreamMachineOptions,
   type StreamPort,
@@ -147,6 +148,8 @@ export class LibvirtConnection {
   private readonly ackNudge: AcknowledgementNudge;
   private outbox: Buffer[] = [];
   private outboxBytes = 0;
+  /** Told once the batch holding their packet was written (an upload reuses its frames). */
+  private outboxWritten: Array<(error?: Error | null) => void> = [];
   private flushScheduled = false;
   private lastReceivedAt = Date.now();
   private inboundPausedBy = 0;
@@ -358,7 +361,7 @@ export class LibvirtConnection {
       length?: number | bigint;
       flags?: number;
     },
-    source: Readable,
+    source: Readable | ReadIntoSource,
     options: CallOptions = {},
   ): Promise<{ bytes: number }> {
     const procedure = Procedures.storageVolUpload;
@@ -403,7 +406,7 @@ export class LibvirtConnection {
     procedure.encodeArgs(writer, args);
     const serial = this.core.allocateSerial();
     const port: StreamPort = {
-      send: (status, body) =>
+      send: (status, body, onWritten) =>
         this.write(
           encodePacket(
             {
@@ -416,6 +419,7 @@ export class LibvirtConnection {
             },
             body,
           ),
+          onWritten,
         ),
       onceDrained: (listener) => {
         if (this.closed) return () => undefined;
@@ -466,6 +470,7 @@ export class LibvirtConnection {
     this.ackNudge.stop();
     this.outbox = [];
     this.outboxBytes = 0;
+    this.outboxWritten = [];
     this.core.connectionLost(reason);
     this.deadlines.clear();
     this.transport.off("data", this.onData);
@@ -485,13 +490,14 @@ export class LibvirtConnection {
    * three, which cost more than the call itself. Large packets (stream data)
    * go at once, after whatever is batched, so order and backpressure hold.
    */
-  private write(packet: Buffer): boolean {
+  private write(packet: Buffer, onWritten?: (error?: Error | null) => void): boolean {
     if (this.closed || this.transport.destroyed) return true;
     if (packet.length >= WRITE_AT_ONCE_BYTES) {
       this.flushOutbox();
-      return this.writeToTransport(packet);
+      return this.writeToTransport(packet, onWritten);
     }
     this.outbox.push(packet);
+    if (onWritten) this.outboxWritten.push(onWritten);
     this.outboxBytes += packet.length;
     if (this.outboxBytes >= WRITE_AT_ONCE_BYTES) this.flushOutbox();
     else if (!this.flushScheduled) {
@@ -511,15 +517,24 @@ export class LibvirtConnection {
     if (this.outbox.length === 0) return;
     const batch =
       this.outbox.length === 1 ? this.outbox[0]! : Buffer.concat(this.outbox, this.outboxBytes);
+    const written = this.outboxWritten;
     this.outbox = [];
     this.outboxBytes = 0;
+    this.outboxWritten = [];
     if (this.closed || this.transport.destroyed) return;
-    this.writeToTransport(batch);
+    this.writeToTransport(
+      batch,
+      written.length === 0
+        ? undefined
+        : (error) => {
+            for (const listener of written) listener(error);
+          },
+    );
   }
 
-  private writeToTransport(bytes: Buffer): boolean {
+  private writeToTransport(bytes: Buffer, onWritten?: (error?: Error | null) => void): boolean {
     this.ackNudge.wrote();
-    return this.transport.write(bytes);
+    return onWritten ? this.transport.write(bytes, onWritten) : this.transport.write(bytes);
   }
 
   private callPacket<Args, Ret>(

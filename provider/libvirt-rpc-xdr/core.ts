@@ -55,6 +55,14 @@ export function allocateFramedBody(bodyBytes: number): Buffer {
   return frame.subarray(HEADER_BYTES);
 }
 
+/**
+ * Gives a framed body back its header room once the packet made of it was
+ * written, so an upload sends every frame from a few reused buffers.
+ */
+export function reuseFramedBody(body: Buffer): void {
+  if (body.byteOffset === HEADER_BYTES) headerRoom.add(body.buffer);
+}
+
 export function encodePacket(header: MessageHeader, body: Uint8Array = Buffer.alloc(0)): Buffer {
   const inPlace = body.byteOffset === HEADER_BYTES && headerRoom.delete(body.buffer);
   const packet = inPlace

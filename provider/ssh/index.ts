@@ -10,4 +10,5 @@ export * from "./local";
 export * from "./transport";
 export * from "./ciphers";
 export * from "./jump";
+export * from "./channel-data";
 export * from "./pool";

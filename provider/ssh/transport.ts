@@ -21,6 +21,7 @@ import {
 } from "../libvirt-rpc-xdr";
 import { bareHost, hostAndPort } from "./address";
 import { resolveAuth } from "./auth";
+import { installChannelDataWriter, type ChannelDataWriter } from "./channel-data";
 import { describeHop, type SshHop } from "./jump";
 import { cipherOffer, linkAlgorithms, ssh2CryptoFacts, type SshLinkAlgorithms } from "./ciphers";
 import { SshAuthError, SshConfigError, SshConnectError, SshHostKeyError } from "./errors";
@@ -59,7 +60,18 @@ export interface SshDialOptions {
   onLinkEstablished?: (link: { localAddress: string; localPort: number }) => void;
   /** libvirt connection options (default call deadline, libvirt keepalive, handshake deadline). */
   libvirt?: Omit<ConnectionOptions, "uri" | "signal" | "onClosed">;
+  /**
+   * Seal the libvirt channel's data packets ourselves when ssh2 encrypts in
+   * JavaScript (see channel-data.ts). Default true; false leaves every packet
+   * to ssh2 (for comparison and tests).
+   */
+  sealChannelData?: boolean;
+  /** Told whether our sealing took over the libvirt channel (its packet counts) or ssh2 seals every packet (null). */
+  onChannelData?: (sealing: ChannelDataWriter | null) => void;
 }
+
+/** What a dialled client's link is: our TCP socket and the client-to-server cipher of its latest key exchange. */
+const links = new WeakMap<Client, { socket: Socket; cipher: string }>();
 
 function loadKnownHosts(target: SshTarget): KnownHostEntry[] {
   if (target.knownHosts !== undefined) return parseKnownHosts(target.knownHosts);
@@ -245,6 +257,10 @@ function dialOneHop(given: SshHop, options: SshDialOptions, sock?: ClientChannel
       authenticating = true;
       options.onHandshake?.(linkAlgorithms(negotiated, cryptoFacts?.nativeBinding ?? null));
     });
+    // Every key exchange (a rekey too) says which cipher the next packets use.
+    client.on("handshake", (negotiated) => {
+      if (link.socket) links.set(client, { socket: link.socket, cipher: negotiated.cs.cipher });
+    });
     client.once("ready", () => {
       options.onLinkEstablished?.({
         localAddress: link.socket?.localAddress ?? "",
@@ -357,6 +373,17 @@ function forwardSocket(
   });
 }
 
+/**
+ * Lets channel-data.ts seal `channel`'s data packets when ssh2 encrypts in
+ * JavaScript (with its native binding ssh2 is fast on its own); null when it
+ * does not take over.
+ */
+export function sealChannelData(client: Client, channel: ClientChannel): ChannelDataWriter | null {
+  const link = links.get(client);
+  if (!link || ssh2CryptoFacts()?.nativeBinding !== false) return null;
+  return installChannelDataWriter(client, link.socket, channel, () => links.get(client)!.cipher);
+}
+
 /** Ends an ssh2 client without waiting on the peer: polite end, then destroy shortly after. */
 export function releaseSshClient(client: Client): void {
   client.on("error", () => undefined);
@@ -389,6 +416,8 @@ export async function openLibvirtOverSsh(
       options.forwardTimeoutMs ?? 10_000,
       where,
     );
+    const sealing = options.sealChannelData === false ? null : sealChannelData(client, channel);
+    options.onChannelData?.(sealing);
     connection = await LibvirtConnection.open(channel, {
       ...options.libvirt,
       uri: target.uri ?? "qemu:///system",

@@ -4,28 +4,40 @@
  * `node libvirt-upload-child.js <env.json> <file> <volume> [times]`
  * uploads `file` `times` times in a row (default once) as one stream.
  * Prints one JSON line: {"ms": connect + upload time, "cpuMs": this process's
- * CPU over the same span, "maxRssMb": peak RSS, "ssh": the negotiated cipher
- * and MAC and whether ssh2's native binding loaded}.
+ * CPU over the same span, "maxRssMb": peak RSS, "loadedRssMb": RSS with the
+ * modules loaded and nothing done yet, "ssh": the negotiated cipher
+ * and MAC and whether ssh2's native binding loaded, "sealing": who encrypted
+ * the channel's data packets}.
  */
-import { createReadStream, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
-import { Readable } from "node:stream";
-import { Procedures } from "../../provider/libvirt-rpc-xdr";
-import { openLibvirtOverSsh, type SshLinkAlgorithms } from "../../provider/ssh";
+import { Procedures, fileUploadSource, type ReadIntoSource } from "../../provider/libvirt-rpc-xdr";
+import {
+  openLibvirtOverSsh,
+  type ChannelDataWriter,
+  type SshLinkAlgorithms,
+} from "../../provider/ssh";
 import { labSshTarget } from "../lab/ssh-helpers";
 import type { LabEnv } from "../lab/lab";
 
-/** The file's bytes `times` times over, read the way a caller would read an image (1 MiB reads). */
-function repeatedFile(file: string, times: number): Readable {
-  if (times === 1) return createReadStream(file, { highWaterMark: 1024 * 1024 });
-  return Readable.from(
-    (async function* () {
-      for (let round = 0; round < times; round++) {
-        yield* createReadStream(file, { highWaterMark: 1024 * 1024 }) as AsyncIterable<Buffer>;
+/**
+ * The file's bytes `times` times over, read through fileUploadSource (straight
+ * into the upload's frames), the way a caller uploading a file does.
+ */
+async function repeatedFile(file: string, times: number): Promise<ReadIntoSource> {
+  let round = 0;
+  let current = await fileUploadSource(file);
+  return {
+    async readInto(targets) {
+      for (;;) {
+        const bytes = await current.readInto(targets);
+        if (bytes > 0 || ++round >= times) return bytes;
+        current.close?.();
+        current = await fileUploadSource(file);
       }
-    })(),
-    { objectMode: false, highWaterMark: 1024 * 1024 },
-  );
+    },
+    close: () => current.close?.(),
+  };
 }
 
 async function main(): Promise<void> {
@@ -35,15 +47,19 @@ async function main(): Promise<void> {
   const times = Number(timesArg ?? "1");
   const lab = JSON.parse(readFileSync(envFile, "utf8")) as LabEnv;
   let ssh: SshLinkAlgorithms | undefined;
+  let sealing = null as ChannelDataWriter | null;
+  // What the process holds before it does anything: Node plus this package and ssh2 loaded.
+  const loadedRssMb = process.memoryUsage().rss / (1024 * 1024);
   const started = performance.now();
   const cpuBefore = process.cpuUsage();
   const conn = await openLibvirtOverSsh(labSshTarget(lab), {
     handshakeTimeoutMs: 10_000,
     onHandshake: (algorithms) => (ssh = algorithms),
+    onChannelData: (writer) => (sealing = writer),
   });
   const pool = await conn.call(Procedures.storagePoolLookupByName, { name: lab.pool });
   const vol = await conn.call(Procedures.storageVolLookupByName, { pool, name: volumeName });
-  await conn.upload({ vol }, repeatedFile(file, times), { timeoutMs: 600_000 });
+  await conn.upload({ vol }, await repeatedFile(file, times), { timeoutMs: 600_000 });
   const ms = performance.now() - started;
   const cpu = process.cpuUsage(cpuBefore);
   await conn.close();
@@ -53,7 +69,10 @@ async function main(): Promise<void> {
       ms,
       cpuMs: (cpu.user + cpu.system) / 1000,
       maxRssMb: process.resourceUsage().maxRSS / 1024,
+      loadedRssMb,
       ssh: ssh && { cipher: ssh.cipher, mac: ssh.mac, nativeBinding: ssh.nativeBinding },
+      // Who sealed the channel's data packets: "ours" (channel-data.ts) or "ssh2" (all of them).
+      sealing: sealing && sealing.counts.sealed > 0 ? "ours" : "ssh2",
     }),
   );
 }

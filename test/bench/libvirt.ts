@@ -6,9 +6,12 @@
  *   `ssh … 'cat > /dev/null'` over the same link (the practical ceiling);
  *   plus the peak RSS of the process doing our upload (connect + upload
  *   timed inside it, so node's own start-up is not counted against virsh),
- *   its CPU per MiB, and the peak RSS of a 2 GiB upload (the same file four
- *   times as one stream), which must not grow with the image; the line
- *   `bench ssh_cipher=…`, `ssh_mac=…`, `ssh_native_binding=…` say what our link negotiated;
+ *   its CPU per MiB, the RSS that process starts from (modules loaded,
+ *   nothing done), and the peak RSS of a 2 GiB upload (the same file four
+ *   times as one stream), which must not grow with the image; the file is
+ *   read through fileUploadSource (straight into the upload's frames); the
+ *   lines `bench ssh_cipher=…`, `ssh_mac=…`, `ssh_native_binding=…`,
+ *   `ssh_channel_sealing=…` say what our link negotiated and who sealed it;
  * - reading the metadata element of 500 domains through our client
  *   (one list call, then the reads pipelined) beside one virsh process
  *   running the same 500 `metadata` commands; connecting is timed in both.
@@ -100,7 +103,9 @@ interface UploadChildReport {
   ms: number;
   cpuMs: number;
   maxRssMb: number;
+  loadedRssMb?: number;
   ssh?: { cipher: string; mac: string; nativeBinding: boolean | null };
+  sealing?: string;
 }
 
 /** Our upload, in a process of its own so its peak RSS is the upload's alone. */
@@ -131,6 +136,7 @@ function recordSshLink(report: UploadChildReport): void {
   printBenchFact("ssh_cipher", ssh?.cipher ?? "unknown");
   printBenchFact("ssh_mac", ssh?.mac ?? "unknown");
   printBenchFact("ssh_native_binding", binding);
+  printBenchFact("ssh_channel_sealing", report.sealing ?? "unknown");
 }
 
 async function benchUpload(lab: LabEnv, file: string): Promise<void> {
@@ -142,6 +148,7 @@ async function benchUpload(lab: LabEnv, file: string): Promise<void> {
   const virsh: number[] = [];
   const ssh: number[] = [];
   let peakRssMb = 0;
+  let loadedRssMb = 0;
   let peakRss2GibMb = 0;
   try {
     for (let round = 0; round < UPLOAD_ROUNDS; round++) {
@@ -151,6 +158,7 @@ async function benchUpload(lab: LabEnv, file: string): Promise<void> {
       ours.push(child.ms);
       oursCpuMsPerMib.push(child.cpuMs / (UPLOAD_BYTES / MIB));
       peakRssMb = Math.max(peakRssMb, child.maxRssMb);
+      loadedRssMb = Math.max(loadedRssMb, child.loadedRssMb ?? 0);
 
       await recreateVolume(conn, pool, volumeName, UPLOAD_BYTES);
       virsh.push(
@@ -204,6 +212,8 @@ async function benchUpload(lab: LabEnv, file: string): Promise<void> {
   printBench("upload_time_ratio_vs_ssh", oursMs / sshMs);
   printBench("upload_ours_cpu_ms_per_mib", median(oursCpuMsPerMib));
   printBench("upload_peak_rss_mb", peakRssMb);
+  // The part of the peak that is not the upload's: Node, this package and ssh2 loaded, nothing done.
+  printBench("upload_process_loaded_rss_mb", loadedRssMb);
   printBench("upload_2gib_peak_rss_mb", peakRss2GibMb);
   printBench("upload_2gib_vs_512mib_peak_rss_ratio", peakRss2GibMb / peakRssMb);
 }

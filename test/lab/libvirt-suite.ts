@@ -4,6 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
 import { rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -19,6 +20,7 @@ import {
   MetadataType,
   Procedures,
   UndefineFlags,
+  fileUploadSource,
   type LibvirtConnection,
   type Procedure,
   type StoragePoolHandle,
@@ -312,6 +314,28 @@ export function describeLibvirtAgainstLab(
       console.log(
         `      (${transportName}: upload ${uploadMs} ms, download ${Date.now() - started - uploadMs} ms)`,
       );
+    });
+
+    it("uploads a file read straight into its frames (fileUploadSource) byte-exact", async function () {
+      this.timeout(120_000);
+      const size = 40 * MIB + 12_345;
+      const name = uniqueName("file");
+      const vol = await createVolume(name, size);
+      const bytes = randomBytes(size);
+      const file = join(lab.labDir, `${name}.img`);
+      writeFileSync(file, bytes);
+      try {
+        const sent = await conn.upload({ vol }, await fileUploadSource(file), {
+          timeoutMs: 60_000,
+        });
+        assert.equal(sent.bytes, size);
+      } finally {
+        rmSync(file, { force: true });
+      }
+      const sink = hashingSink();
+      await conn.download({ vol }, sink.sink, { timeoutMs: 60_000 });
+      assert.equal(sink.bytes(), size);
+      assert.equal(sink.digest(), createHash("sha256").update(bytes).digest("hex"));
     });
 
     it("answers 200 concurrent calls on one connection, each with its own result", async () => {

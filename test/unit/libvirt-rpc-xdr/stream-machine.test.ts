@@ -16,6 +16,7 @@ import {
   MessageType,
   UploadMachine,
   type Packet,
+  type ReadIntoSource,
   type StreamPort,
 } from "../../../provider/libvirt-rpc-xdr";
 import { remoteErrorBody } from "./fake-daemon";
@@ -86,7 +87,7 @@ class RecordingPort implements StreamPort {
 const settle = () => new Promise((resolve) => setImmediate(resolve));
 
 async function drive(
-  kind: "upload" | "download",
+  kind: "upload" | "upload-file" | "download",
   sequence: Event[],
   writable: boolean,
 ): Promise<void> {
@@ -101,10 +102,13 @@ async function drive(
     },
   });
   sink.on("error", () => undefined);
+  const file = new ScriptedReadInto();
   const machine =
     kind === "upload"
       ? new UploadMachine(port, "storageVolUpload", source, { abortGraceMs: 5 })
-      : new DownloadMachine(port, "storageVolDownload", sink);
+      : kind === "upload-file"
+        ? new UploadMachine(port, "storageVolUpload", file, { abortGraceMs: 5, chunkBytes: 24 })
+        : new DownloadMachine(port, "storageVolDownload", sink);
   let outcomes = 0;
   machine.done.then(
     () => {
@@ -137,14 +141,17 @@ async function drive(
         machine.onStream(packet(MessageType.STREAM, MessageStatus.CONTINUE));
         break;
       case "local-data":
-        if (!source.destroyed && !sourceEnded) source.push(Buffer.alloc(16, 2));
+        if (kind === "upload-file") file.next(16);
+        else if (!source.destroyed && !sourceEnded) source.push(Buffer.alloc(16, 2));
         break;
       case "local-end":
-        if (!source.destroyed && !sourceEnded) source.push(null);
+        if (kind === "upload-file") file.next(0);
+        else if (!source.destroyed && !sourceEnded) source.push(null);
         sourceEnded = true;
         break;
       case "local-error":
         if (kind === "upload") source.destroy(new Error("source broke"));
+        else if (kind === "upload-file") file.next(new Error("read failed"));
         else sink.destroy(new Error("sink broke"));
         break;
       case "drain":
@@ -168,11 +175,49 @@ async function drive(
   assert.equal(port.paused, 0, "left the connection paused");
   assert.ok(port.released <= 1);
   assert.ok(machine.phase === "done" || machine.phase === "failed");
+  if (kind === "upload-file") assert.equal(file.closed, 1, "the file is closed once");
+}
+
+/**
+ * A ReadIntoSource whose reads finish only when the script says: with 16
+ * bytes, at the end (0) or failed. Outcomes told before a read is asked for
+ * wait for it, as a file's data would.
+ */
+class ScriptedReadInto implements ReadIntoSource {
+  private pending: ((outcome: number | Error) => void) | undefined;
+  private queued: (number | Error)[] = [];
+  closed = 0;
+  readInto(targets: Buffer[]): Promise<number> {
+    return new Promise<number>((resolve, reject) => {
+      const finish = (outcome: number | Error): void => {
+        if (outcome instanceof Error) return reject(outcome);
+        let left = outcome;
+        for (const target of targets) {
+          const n = Math.min(left, target.length);
+          target.fill(2, 0, n);
+          left -= n;
+        }
+        resolve(outcome - left);
+      };
+      const queued = this.queued.shift();
+      if (queued !== undefined) finish(queued);
+      else this.pending = finish;
+    });
+  }
+  next(outcome: number | Error): void {
+    const pending = this.pending;
+    this.pending = undefined;
+    if (pending) pending(outcome);
+    else this.queued.push(outcome);
+  }
+  close(): void {
+    this.closed++;
+  }
 }
 
 describe("stream state machines under random event orders (property)", function () {
   this.timeout(30_000);
-  for (const kind of ["upload", "download"] as const) {
+  for (const kind of ["upload", "upload-file", "download"] as const) {
     it(`${kind}: always settles exactly once by the deadline, never sends data after failing`, async () => {
       await fc.assert(
         fc.asyncProperty(

@@ -175,3 +175,121 @@ describe("libvirt upload machine: frames", () => {
     );
   });
 });
+
+/** A FramingPort whose transport finishes each write a turn later, as a socket does, and says so. */
+class WritingPort extends FramingPort {
+  frameBuffers = new Set<ArrayBufferLike>();
+  override send(
+    status: MessageStatus,
+    body?: Buffer,
+    onWritten?: (error?: Error | null) => void,
+  ): boolean {
+    if (body) this.frameBuffers.add(body.buffer);
+    const accepted = super.send(status, body);
+    if (onWritten) setImmediate(() => onWritten());
+    return accepted;
+  }
+}
+
+/** A file-like ReadIntoSource over `bytes` whose reads return `sizes` in turn (fewer bytes than asked, as reads may), across frames. */
+function readIntoSource(bytes: Buffer, sizes: number[], failAt?: number) {
+  let position = 0;
+  let reads = 0;
+  const source = {
+    closed: 0,
+    async readInto(targets: Buffer[]): Promise<number> {
+      await new Promise((resolve) => setImmediate(resolve));
+      if (failAt !== undefined && position >= failAt) throw new Error("disk read failed");
+      const room = targets.reduce((sum, target) => sum + target.length, 0);
+      const size = Math.min(room, sizes[reads++ % sizes.length]!, bytes.length - position);
+      let copied = 0;
+      for (const target of targets) {
+        if (copied === size) break;
+        copied += bytes.copy(target, 0, position + copied, position + size);
+      }
+      position += size;
+      return size;
+    },
+    close() {
+      source.closed++;
+    },
+  };
+  return source;
+}
+
+async function uploadReadInto(
+  bytes: Buffer,
+  sizes: number[],
+  chunkBytes: number,
+  acceptBeforeBackup = Infinity,
+) {
+  const port = new WritingPort(acceptBeforeBackup);
+  const source = readIntoSource(bytes, sizes);
+  const machine = new UploadMachine(port, "storageVolUpload", source, { chunkBytes });
+  machine.onReply(reply(MessageStatus.OK));
+  for (let turns = 0; machine.phase === "sending" && turns < 100_000; turns++) {
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(port.sentWhileBackedUp, 0, "no data is sent after a refused send until the drain");
+    if (port.waitingForDrain) port.drain();
+  }
+  assert.equal(machine.phase, "finishing");
+  machine.onStream({ header: { ...header, status: MessageStatus.OK }, body: Buffer.alloc(0) });
+  await machine.done;
+  return { port, source, machine };
+}
+
+describe("libvirt upload machine: a source that reads into the frames (a file)", () => {
+  it("keeps every byte once and in order, in full frames, under any read sizes and backpressure (property)", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 0, max: 3000 }),
+        fc.array(fc.integer({ min: 1, max: 1200 }), { minLength: 1, maxLength: 5 }),
+        fc.integer({ min: 1, max: 300 }),
+        fc.integer({ min: 1, max: 5 }),
+        async (length, sizes, chunkBytes, acceptBeforeBackup) => {
+          const bytes = Buffer.from(Array.from({ length }, (_, i) => (i * 7) % 256));
+          const { port, source, machine } = await uploadReadInto(
+            bytes,
+            sizes,
+            chunkBytes,
+            acceptBeforeBackup,
+          );
+          assert.deepEqual(Buffer.concat(port.data), bytes);
+          assert.ok(port.data.slice(0, -1).every((frame) => frame.length === chunkBytes));
+          assert.ok(
+            port.data.every((frame) => frame.length > 0),
+            "no empty data packet",
+          );
+          assert.equal(machine.bytesSent, length);
+          assert.equal(source.closed, 1, "the source is closed once");
+        },
+      ),
+      { numRuns: 60 },
+    );
+  });
+
+  it("sends 64 frames from a handful of reused buffers", async () => {
+    const bytes = Buffer.from(Array.from({ length: 64 * 100 }, (_, i) => i % 256));
+    const { port } = await uploadReadInto(bytes, [100], 100, 3);
+    assert.equal(port.data.length, 64);
+    assert.ok(port.frameBuffers.size <= 6, `${port.frameBuffers.size} buffers for 64 frames`);
+  });
+
+  it("aborts the stream when a read fails, and closes the source", async () => {
+    const port = new WritingPort();
+    const source = readIntoSource(Buffer.alloc(1000, 1), [100], 300);
+    const machine = new UploadMachine(port, "storageVolUpload", source, {
+      chunkBytes: 100,
+      abortGraceMs: 50,
+    });
+    machine.onReply(reply(MessageStatus.OK));
+    const error = await machine.done.then(
+      () => assert.fail("the upload should fail"),
+      (e: unknown) => e as Error,
+    );
+    assert.match(String(error.cause), /disk read failed/);
+    assert.equal(port.statuses.at(-1), MessageStatus.ERROR, "the daemon was told to abort");
+    assert.equal(Buffer.concat(port.data).length, 300);
+    assert.equal(source.closed, 1);
+  });
+});
