@@ -58,8 +58,6 @@ import {
   stepsWithin,
 } from "./steps";
 
-// ---------------------------------------------------------------- create
-
 /**
  * Never leaks: a failed clone is removed by PVE itself, and once the VM exists
  * every failure hands Pulumi a partial create (the VM is in state; the next

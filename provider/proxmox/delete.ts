@@ -19,8 +19,6 @@ import {
 } from "./steps";
 import { endpointNamesOf, ourVmAt, seedVolumeOf } from "./read";
 
-// ---------------------------------------------------------------- delete
-
 /**
  * Ownership checked; stop first ("VM is running - destroy failed" otherwise),
  * purge and destroy unreferenced disks, then the seed (an imgdel task, waited

@@ -26,8 +26,6 @@ import {
 } from "./steps";
 import { requireOurs } from "./create";
 
-// ---------------------------------------------------------------- read
-
 /**
  * Refresh and `.get`: the current state, address and mark, and the VM's
  * config (name, cores, memory, tags, net0, disk) as props and as `inputs`, so

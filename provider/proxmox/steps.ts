@@ -43,8 +43,6 @@ export const CARRIED_KEYS = [
   "egressProblem",
 ] as const satisfies readonly (keyof ProxmoxProxyOutputs)[];
 
-// ---------------------------------------------------------------- helpers
-
 /** The shared step runner (common/lifecycle.ts), its retries shown in the progress output. */
 export function stepsWithin(deadline: Deadline, vmName?: string) {
   return stepRunner(

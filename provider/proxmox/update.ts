@@ -27,8 +27,6 @@ import {
 } from "./steps";
 import { becomeReady, createSteps } from "./create";
 
-// ---------------------------------------------------------------- update
-
 /**
  * In place: the tags and onboot (metadata, one config write), and the VM's
  * power: started again when a refresh found it stopped (then readiness and

@@ -1,0 +1,96 @@
+/** KvmProxy update: what changes in place (autostart, power), a resumed create, and the egress heal. */
+import { Deadline } from "../common/deadline";
+import { plainJson as plain } from "../common/check";
+import { PermanentError } from "../common/errors";
+import { carriedOutputs, continueCreate, deadlineFor, stepsWithin } from "../common/lifecycle";
+import { isIncompleteCreate } from "../common/partial-create";
+import { egressAtReadiness } from "../common/egress";
+import { EgressHealFailedError, needsEgressRestart } from "../common/egress-recheck";
+import { ReplaceOnNextUpError } from "../common/replacement";
+import { openHost } from "./connect";
+import { parseDomainXml } from "./domain-xml";
+import { parseKvmResourceId } from "./naming";
+import { anyInPlaceChange, inPlaceChanges, stopDomain, type InPlaceChanges } from "./power";
+import { readyAfterRestart } from "./ready";
+import { type KvmProxyInputs } from "./schema";
+import {
+  CARRIED_KEYS,
+  Props,
+  checkedInputs,
+  endpointOf,
+  progressLog,
+  requireOurs,
+  toError,
+} from "./steps";
+import { create } from "./create";
+import { findDomainOf } from "./read";
+
+/**
+ * In-place changes only. Credentials, readiness and timeouts touch no VM;
+ * startOnBoot sets libvirt's autostart, and running starts a VM a refresh
+ * found stopped (or shuts it down) — see power.ts. A partial create in state
+ * is the exception: the engine calls update on it at the next `up`, and update
+ * continues the create (same host and name, so the same id).
+ */
+export async function update(id: string, olds: Props, news: Props): Promise<{ outs: Props }> {
+  if (isIncompleteCreate(olds)) return continueCreate(id, news, create);
+  const inputs = checkedInputs(news);
+  const outs = carriedOutputs(olds, inputs, CARRIED_KEYS);
+  const changes = { ...inPlaceChanges(olds, inputs), restart: needsEgressRestart(olds, inputs) };
+  if (!anyInPlaceChange(changes) && !changes.restart) return { outs };
+  const deadline = deadlineFor(inputs.timeouts, "create");
+  // Started again but never ready: stored running and marked, so the next up replaces it.
+  const replaceOnNextUp = (reason: string, cause: Error) =>
+    new ReplaceOnNextUpError(id, plain({ ...outs, state: "running" }), reason, cause, news);
+  const live = await stepsWithin(deadline, progressLog)("update", () =>
+    applyOnHost(id, olds, inputs, changes, deadline, replaceOnNextUp),
+  ).catch((error: unknown) => {
+    if (!changes.restart) throw error;
+    // The re-check's restart did not heal it, ready or not: its rule replaces the VM new-VM-first at
+    // the next refresh + up (egress-recheck.ts), gentler than the delete-first repair (replacement.ts).
+    const cause = error instanceof ReplaceOnNextUpError ? (error.cause ?? error) : error;
+    throw new EgressHealFailedError(id, outs, toError(cause), news);
+  });
+  return { outs: plain({ ...outs, ...live }) };
+}
+
+/**
+ * The in-place changes on the domain found by its identity, after checking
+ * the mark: autostart, and power. A VM started again is waited for like a new
+ * one (readiness, then the egress check), so its outputs say what is true now.
+ */
+async function applyOnHost(
+  id: string,
+  olds: Props,
+  inputs: KvmProxyInputs,
+  changes: InPlaceChanges & { restart: boolean },
+  deadline: Deadline,
+  replaceOnNextUp: (reason: string, cause: Error) => Error,
+): Promise<Props> {
+  const session = await openHost(inputs, deadline);
+  const { vmName } = parseKvmResourceId(id);
+  const handle = await findDomainOf(session.host, olds, vmName);
+  if (handle === undefined)
+    throw new PermanentError(
+      `domain ${vmName} on ${session.label} is gone; run \`pulumi up --refresh\` to create it again`,
+    );
+  const description = parseDomainXml(await session.host.definedXml(handle));
+  requireOurs(description.mark, inputs, `domain ${description.name} on ${session.label}`);
+  if (changes.startOnBoot) await session.host.setAutostart(handle, inputs.startOnBoot);
+  if (!changes.running && !changes.restart) return {};
+  if (!inputs.running) {
+    progressLog(`KvmProxy ${vmName}: shutting down (running: false)`);
+    await stopDomain(session.host, handle, deadline);
+    return { state: "stopped", ip: null, endpoint: null };
+  }
+  if (changes.restart) {
+    // squid does not answer on a running VM: a hard reset, as a crashed VM would get.
+    progressLog(`KvmProxy ${vmName}: restarting it (refresh found its proxy not answering)`);
+    await session.host.destroyDomain(handle);
+  } else progressLog(`KvmProxy ${vmName}: starting it again (refresh found it not running)`);
+  await session.host.startDomain(handle);
+  const ip = await readyAfterRestart(session.host, handle, inputs, deadline, replaceOnNextUp);
+  const egress = await egressAtReadiness(ip, inputs, deadline);
+  const endpoint = ip ? endpointOf(ip, inputs) : null;
+  return { state: "running", ip, endpoint, ...egress, egressProblem: null };
+}
