@@ -85,6 +85,9 @@ function loadKnownHosts(target: SshTarget): KnownHostEntry[] {
 }
 
 /** Logs in over SSH and returns the ready ssh2 client. */
+/** The TCP socket under each client dialSsh made (ssh2 keeps its own reference private). */
+const socketOf = new WeakMap<Client, Socket>();
+
 export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promise<Client> {
   const port = target.port ?? 22;
   const handshakeTimeoutMs = options.handshakeTimeoutMs ?? 20_000;
@@ -191,6 +194,7 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
     // We open the TCP connection ourselves so the deadline covers it and we know our end of it.
     const tcp = connect({ host: target.host, port });
     link.socket = tcp;
+    socketOf.set(client, tcp);
     tcp.setNoDelay(true);
     tcp.once("error", (error) =>
       finish(new SshConnectError(`ssh to ${where} failed: ${error.message}`, { cause: error })),
@@ -242,6 +246,38 @@ function forwardSocket(
   });
 }
 
+/**
+ * Right after login sshd sends several things in a row: the host-key
+ * announcement (hostkeys-00), its answer to ssh2's proof request, our
+ * channel's confirmation. sshd sets TCP_NODELAY only for interactive
+ * sessions, so Nagle holds each of those segments until the one before is
+ * acknowledged, and Linux delays that acknowledgement up to 40 ms when we
+ * have nothing to send: most logins waited 40 ms for the channel. So, until
+ * the channel is confirmed, any data that arrives gets an SSH packet back in
+ * the next turn, which carries the acknowledgement at once (the libvirt
+ * layer's AcknowledgementNudge does the same once the channel is there).
+ * The packet is OpenSSH's no-more-sessions: it has no reply, and this link
+ * never opens a session (it only forwards libvirt's socket). A server that is
+ * not OpenSSH gets nothing (ssh2 sends it to OpenSSH only). Returns the stop.
+ */
+function acknowledgeWhileForwarding(client: Client): () => void {
+  const socket = socketOf.get(client);
+  if (socket === undefined) return () => undefined;
+  let next: NodeJS.Immediate | undefined;
+  const onData = (): void => {
+    next ??= setImmediate(() => {
+      next = undefined;
+      // No callback: no reply asked (ssh2's types demand one; its code does not).
+      if (socket.writable) (client.openssh_noMoreSessions as () => Client).call(client);
+    });
+  };
+  socket.on("data", onData);
+  return () => {
+    socket.off("data", onData);
+    if (next !== undefined) clearImmediate(next);
+  };
+}
+
 /** Ends an ssh2 client without waiting on the peer: polite end, then destroy shortly after. */
 export function releaseSshClient(client: Client): void {
   client.on("error", () => undefined);
@@ -268,13 +304,14 @@ export async function openLibvirtOverSsh(
   };
   client.on("error", (error: Error) => linkLost(`failed: ${error.message}`)());
   client.on("close", linkLost("closed"));
+  const stopAcknowledging = acknowledgeWhileForwarding(client);
   try {
     const channel = await forwardSocket(
       client,
       target.socketPath ?? DEFAULT_LIBVIRT_SOCKET,
       options.forwardTimeoutMs ?? 10_000,
       where,
-    );
+    ).finally(stopAcknowledging);
     connection = await LibvirtConnection.open(channel, {
       ...options.libvirt,
       uri: target.uri ?? "qemu:///system",
