@@ -197,6 +197,13 @@ export class LibvirtConnection {
    * Speaks the handshake libvirt's own remote driver uses — AUTH_LIST, then
    * (if the daemon supports it) keepalive, then CONNECT_OPEN — and returns a
    * ready connection. On any failure the transport is destroyed.
+   *
+   * The three calls leave together, in one round trip: a daemon that wants no
+   * authentication (root over SSH, or a socket the libvirt group may use)
+   * answers them all, and a link opened per sweep or per command pays one
+   * round trip instead of three. When AUTH_LIST asks for polkit, the early
+   * keepalive check and open were refused ("authentication required") and are
+   * asked again after it.
    */
   static async open(
     transport: Duplex,
@@ -209,9 +216,8 @@ export class LibvirtConnection {
       deadline,
       ...(options.signal ? { signal: options.signal } : {}),
     };
-    try {
-      connection.info.authTypes = await connection.authenticate(callOptions);
-      connection.info.keepalive = await connection
+    const keepaliveAndOpen = (): [Promise<boolean>, Promise<unknown>] => [
+      connection
         .call(
           Procedures.connectSupportsFeature,
           { feature: FEATURE_PROGRAM_KEEPALIVE },
@@ -220,12 +226,24 @@ export class LibvirtConnection {
         .catch((error: unknown) => {
           if (error instanceof LibvirtError) return false;
           throw error;
-        });
-      await connection.call(
+        }),
+      connection.call(
         Procedures.connectOpen,
         { name: options.uri ?? "qemu:///system", flags: 0 },
         callOptions,
-      );
+      ),
+    ];
+    try {
+      const authTypes = connection.call(Procedures.authList, undefined, callOptions);
+      let [keepalive, opened] = keepaliveAndOpen();
+      // Answered only after AUTH_LIST's answer is judged; until then their failures are not news.
+      keepalive.catch(() => undefined);
+      opened.catch(() => undefined);
+      const authentication = await connection.authenticate(authTypes, callOptions);
+      connection.info.authTypes = authentication.types;
+      if (authentication.didAuthenticate) [keepalive, opened] = keepaliveAndOpen();
+      connection.info.keepalive = await keepalive;
+      await opened;
     } catch (error) {
       const reason =
         error instanceof LibvirtTimeoutError
@@ -250,19 +268,25 @@ export class LibvirtConnection {
     return connection;
   }
 
-  private async authenticate(options: CallOptions): Promise<number[]> {
+  /** What AUTH_LIST offered, and whether an authentication step ran (then the open is asked again). */
+  private async authenticate(
+    authList: Promise<number[]>,
+    options: CallOptions,
+  ): Promise<{ types: number[]; didAuthenticate: boolean }> {
     let types: number[];
     try {
-      types = await this.call(Procedures.authList, undefined, options);
+      types = await authList;
     } catch (error) {
       // A daemon too old to know AUTH_LIST needs no authentication step.
-      if (error instanceof LibvirtError && error.code === ErrorCode.NO_SUPPORT) return [];
+      if (error instanceof LibvirtError && error.code === ErrorCode.NO_SUPPORT)
+        return { types: [], didAuthenticate: false };
       throw error;
     }
-    if (types.length === 0 || types.includes(AuthType.NONE)) return types;
+    if (types.length === 0 || types.includes(AuthType.NONE))
+      return { types, didAuthenticate: false };
     if (types.includes(AuthType.POLKIT)) {
       await this.call(Procedures.authPolkit, undefined, options);
-      return types;
+      return { types, didAuthenticate: true };
     }
     throw new LibvirtError("authList", {
       code: ErrorCode.AUTH_UNAVAILABLE,

@@ -57,7 +57,7 @@ function chunkedSource(
 }
 
 describe("libvirt connection over a scripted peer", () => {
-  it("does the handshake in libvirt's order: auth list, keepalive check, open with the URI", async () => {
+  it("does the handshake in libvirt's order, in one round trip: auth list, keepalive check, open with the URI", async () => {
     const daemon = new FakeDaemon();
     const conn = await daemon.open({ uri: "test:///default" });
     assert.deepEqual(conn.info, { authTypes: [0], keepalive: true });
@@ -70,20 +70,40 @@ describe("libvirt connection over a scripted peer", () => {
     conn.destroy();
   });
 
+  it("sends the whole handshake before the first answer comes back", async () => {
+    const daemon = new FakeDaemon();
+    daemon.autoHandshake = false;
+    const opening = daemon.open();
+    const [authList, keepalive, open] = await Promise.all([
+      daemon.nextCall(66),
+      daemon.nextCall(60),
+      daemon.nextCall(1),
+    ]);
+    daemon.reply(authList, new XdrWriter().array([0], 20, (w, t) => w.int(t)).finish());
+    daemon.reply(keepalive, new XdrWriter().int(1).finish());
+    daemon.reply(open);
+    const conn = await opening;
+    assert.deepEqual(conn.info, { authTypes: [0], keepalive: true });
+    conn.destroy();
+  });
+
   it("authenticates with polkit when that is all the daemon offers, and proceeds on an old daemon", async () => {
     const polkit = new FakeDaemon();
     polkit.authTypes = [2];
-    (await polkit.open()).destroy();
+    const polkitConn = await polkit.open();
+    assert.deepEqual(polkitConn.info, { authTypes: [2], keepalive: true });
+    polkitConn.destroy();
     const calls = polkit.received
       .filter((p) => p.header.type === MessageType.CALL)
       .map((p) => p.header.procedure);
-    assert.deepEqual(calls, [66, 70, 60, 1]);
+    // The early keepalive check and open are refused before polkit, and asked again after it.
+    assert.deepEqual(calls, [66, 60, 1, 70, 60, 1]);
 
     const old = new FakeDaemon();
     old.authTypes = "unknown-procedure";
-    const conn = await old.open();
-    assert.deepEqual(conn.info.authTypes, []);
-    conn.destroy();
+    const oldConn = await old.open();
+    assert.deepEqual(oldConn.info.authTypes, []);
+    oldConn.destroy();
   });
 
   it("refuses a daemon that only offers SASL, naming what it offered", async () => {

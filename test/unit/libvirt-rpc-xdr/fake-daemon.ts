@@ -31,6 +31,8 @@ export class FakeDaemon {
   autoHandshake = true;
   /** What AUTH_LIST answers: a list of auth types, or "unknown procedure" like an old daemon. */
   authTypes: number[] | "unknown-procedure" = [0];
+  /** Polkit authentication has run (a daemon that asks for it refuses other calls until then). */
+  private authenticated = false;
 
   constructor(options: { clientHighWaterMark?: number } = {}) {
     // eslint-disable-next-line @typescript-eslint/no-this-alias
@@ -64,7 +66,18 @@ export class FakeDaemon {
           new XdrWriter().array(this.authTypes, 20, (w, t) => w.int(t)).finish(),
         );
       }
-      if (procedure === 70) return this.reply(packet, new XdrWriter().int(1).finish());
+      if (procedure === 70) {
+        this.authenticated = true;
+        return this.reply(packet, new XdrWriter().int(1).finish());
+      }
+      // libvirtd's dispatcher: every call but the AUTH_* ones needs authentication first.
+      if (
+        (procedure === 60 || procedure === 1) &&
+        Array.isArray(this.authTypes) &&
+        !this.authTypes.includes(0) &&
+        !this.authenticated
+      )
+        return this.replyError(packet, { code: 7, domain: 7, message: "authentication required" });
       if (procedure === 60) return this.reply(packet, new XdrWriter().int(1).finish());
       if (procedure === 1) return this.reply(packet);
     }
