@@ -94,6 +94,15 @@ const DEFAULT_TIMEOUT_MS = 60_000;
 /** Packets from this size on are written at once; smaller ones are batched up to it. */
 const WRITE_AT_ONCE_BYTES = 16 * 1024;
 
+type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
+
+/** The outcome of a call that is judged later, so its failure is no unhandled rejection meanwhile. */
+const settled = <T>(promise: Promise<T>): Promise<Settled<T>> =>
+  promise.then(
+    (value) => ({ ok: true, value }),
+    (error: unknown) => ({ ok: false, error }),
+  );
+
 /** A plain call waiting for its REPLY. */
 class PendingCall<Ret> implements SerialHandler {
   constructor(
@@ -198,12 +207,14 @@ export class LibvirtConnection {
    * (if the daemon supports it) keepalive, then CONNECT_OPEN — and returns a
    * ready connection. On any failure the transport is destroyed.
    *
-   * The three calls leave together, in one round trip: a daemon that wants no
-   * authentication (root over SSH, or a socket the libvirt group may use)
-   * answers them all, and a link opened per sweep or per command pays one
-   * round trip instead of three. When AUTH_LIST asks for polkit, the early
-   * keepalive check and open were refused ("authentication required") and are
-   * asked again after it.
+   * The three calls leave together, so a daemon that wants no authentication
+   * (root over SSH, or a socket the libvirt group may use) answers the
+   * handshake in one round trip instead of three. libvirtd runs one client's
+   * calls side by side, and on a polkit socket it is AUTH_LIST itself that
+   * lets root in: an early call may overtake it and be refused
+   * ("authentication required", an RPC error), as it is before polkit
+   * authentication. A call refused so is asked again once AUTH_LIST (and
+   * polkit) are done, one more round trip in that case only.
    */
   static async open(
     transport: Duplex,
@@ -216,34 +227,39 @@ export class LibvirtConnection {
       deadline,
       ...(options.signal ? { signal: options.signal } : {}),
     };
-    const keepaliveAndOpen = (): [Promise<boolean>, Promise<unknown>] => [
-      connection
-        .call(
+    const askKeepalive = () =>
+      settled(
+        connection.call(
           Procedures.connectSupportsFeature,
           { feature: FEATURE_PROGRAM_KEEPALIVE },
           callOptions,
-        )
-        .catch((error: unknown) => {
-          if (error instanceof LibvirtError) return false;
-          throw error;
-        }),
-      connection.call(
-        Procedures.connectOpen,
-        { name: options.uri ?? "qemu:///system", flags: 0 },
-        callOptions,
-      ),
-    ];
+        ),
+      );
+    const askOpen = () =>
+      settled(
+        connection.call(
+          Procedures.connectOpen,
+          { name: options.uri ?? "qemu:///system", flags: 0 },
+          callOptions,
+        ),
+      );
     try {
-      const authTypes = connection.call(Procedures.authList, undefined, callOptions);
-      let [keepalive, opened] = keepaliveAndOpen();
-      // Answered only after AUTH_LIST's answer is judged; until then their failures are not news.
-      keepalive.catch(() => undefined);
-      opened.catch(() => undefined);
-      const authentication = await connection.authenticate(authTypes, callOptions);
-      connection.info.authTypes = authentication.types;
-      if (authentication.didAuthenticate) [keepalive, opened] = keepaliveAndOpen();
-      connection.info.keepalive = await keepalive;
-      await opened;
+      const authList = connection.call(Procedures.authList, undefined, callOptions);
+      const early = [askKeepalive(), askOpen()] as const;
+      const { types, didAuthenticate } = await connection.authenticate(authList, callOptions);
+      connection.info.authTypes = types;
+      const refused = (outcome: Settled<unknown>): boolean =>
+        !outcome.ok &&
+        (didAuthenticate ||
+          (outcome.error instanceof LibvirtError && outcome.error.code === ErrorCode.RPC));
+      const [earlyKeepalive, earlyOpen] = await Promise.all(early);
+      const [keepalive, opened] = await Promise.all([
+        refused(earlyKeepalive) ? askKeepalive() : earlyKeepalive,
+        refused(earlyOpen) ? askOpen() : earlyOpen,
+      ]);
+      if (!keepalive.ok && !(keepalive.error instanceof LibvirtError)) throw keepalive.error;
+      connection.info.keepalive = keepalive.ok && keepalive.value;
+      if (!opened.ok) throw opened.error;
     } catch (error) {
       const reason =
         error instanceof LibvirtTimeoutError

@@ -70,6 +70,18 @@ describe("libvirt connection over a scripted peer", () => {
     conn.destroy();
   });
 
+  it("asks again what overtook AUTH_LIST and was refused for it (libvirtd runs a client's calls side by side)", async () => {
+    const daemon = new FakeDaemon();
+    daemon.refuseCallsThatOvertakeAuthList = true;
+    const conn = await daemon.open();
+    assert.deepEqual(conn.info, { authTypes: [0], keepalive: true });
+    const calls = daemon.received
+      .filter((p) => p.header.type === MessageType.CALL)
+      .map((p) => p.header.procedure);
+    assert.deepEqual(calls, [66, 60, 1, 60, 1]);
+    conn.destroy();
+  });
+
   it("sends the whole handshake before the first answer comes back", async () => {
     const daemon = new FakeDaemon();
     daemon.autoHandshake = false;

@@ -33,6 +33,11 @@ export class FakeDaemon {
   authTypes: number[] | "unknown-procedure" = [0];
   /** Polkit authentication has run (a daemon that asks for it refuses other calls until then). */
   private authenticated = false;
+  /**
+   * Refuse the first keepalive check and open as libvirtd does when they overtake AUTH_LIST on a
+   * polkit socket that AUTH_LIST opens to root (it runs a client's calls side by side).
+   */
+  refuseCallsThatOvertakeAuthList = false;
 
   constructor(options: { clientHighWaterMark?: number } = {}) {
     // eslint-disable-next-line @typescript-eslint/no-this-alias
@@ -70,6 +75,10 @@ export class FakeDaemon {
         this.authenticated = true;
         return this.reply(packet, new XdrWriter().int(1).finish());
       }
+      if ((procedure === 60 || procedure === 1) && this.refuseCallsThatOvertakeAuthList) {
+        if (procedure === 1) this.refuseCallsThatOvertakeAuthList = false;
+        return this.replyError(packet, { code: 39, domain: 7, message: "authentication required" });
+      }
       // libvirtd's dispatcher: every call but the AUTH_* ones needs authentication first.
       if (
         (procedure === 60 || procedure === 1) &&
@@ -77,7 +86,7 @@ export class FakeDaemon {
         !this.authTypes.includes(0) &&
         !this.authenticated
       )
-        return this.replyError(packet, { code: 7, domain: 7, message: "authentication required" });
+        return this.replyError(packet, { code: 39, domain: 7, message: "authentication required" });
       if (procedure === 60) return this.reply(packet, new XdrWriter().int(1).finish());
       if (procedure === 1) return this.reply(packet);
     }
