@@ -267,8 +267,13 @@ function acknowledgeWhileForwarding(client: Client): () => void {
   const onData = (): void => {
     next ??= setImmediate(() => {
       next = undefined;
-      // No callback: no reply asked (ssh2's types demand one; its code does not).
-      if (socket.writable) (client.openssh_noMoreSessions as () => Client).call(client);
+      if (!socket.writable) return;
+      try {
+        // No callback: no reply asked (ssh2's types demand one; its code does not).
+        (client.openssh_noMoreSessions as () => Client).call(client);
+      } catch {
+        // The link closed meanwhile: forwardSocket reports that.
+      }
     });
   };
   socket.on("data", onData);
