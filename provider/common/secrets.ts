@@ -12,10 +12,12 @@
  */
 import * as pulumi from "@pulumi/pulumi";
 
-/** Inputs that always hold a secret: credentials and cloud-init. Dotted paths. */
+/** Inputs that always hold a secret: credentials and cloud-init. Dotted paths; `*` is every item of a list. */
 export const SECRET_INPUT_PATHS = [
   "connection.privateKey",
   "connection.passphrase",
+  "connection.proxyJump.*.privateKey",
+  "connection.proxyJump.*.passphrase",
   "apiToken",
   "userData",
   "userDataBase64",
@@ -106,6 +108,18 @@ function mapAtPath(
     return { ...args, [key]: pulumi.output(value).apply((resolved) => wrap(resolved)) };
   }
   if (isPlainObject(value)) return { ...args, [key]: mapAtPath(value, rest, wrap, alwaysSecret) };
+  if (rest[0] === "*" && typeof value === "string") return args; // the one-line form holds no secret
+  if (rest[0] === "*" && Array.isArray(value)) {
+    // Items given as text (`"admin@bastion"`) hold no secret; objects are walked like any other.
+    const items = value.map((item: unknown) =>
+      isPlainObject(item)
+        ? mapAtPath({ item }, ["item", ...rest.slice(1)], wrap, alwaysSecret).item
+        : typeof item === "string" || !alwaysSecret
+          ? item
+          : pulumi.secret(item),
+    );
+    return { ...args, [key]: items };
+  }
   if (alwaysSecret) return { ...args, [key]: pulumi.secret(value) };
   return {
     ...args,

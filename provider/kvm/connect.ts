@@ -12,13 +12,15 @@ import {
   LibvirtConnectionPool,
   openLibvirtOverSsh,
   openLocalLibvirt,
+  parseProxyJump,
   sshTargetKey,
+  type SshHop,
   type SshTarget,
 } from "../ssh";
 import { classifyLibvirtError } from "./classify";
 import { LibvirtHost } from "./host";
 import { hostLabel } from "./naming";
-import type { KvmProxyInputs } from "./schema";
+import type { JumpHostInput, KvmProxyInputs } from "./schema";
 
 export interface HostSession {
   host: LibvirtHost;
@@ -67,6 +69,12 @@ type DialTarget =
 function dialTargetOf(target: HostTarget): DialTarget {
   const { connection, socketPath } = target;
   if (connection === undefined) return { kind: "local", socketPath };
+  const inherited = {
+    privateKey: connection.privateKey ?? configured.privateKey,
+    passphrase: connection.passphrase ?? configured.passphrase,
+    knownHosts: connection.knownHosts ?? configured.knownHosts,
+    agentSocket: connection.agentSocket,
+  };
   return {
     kind: "ssh",
     host: connection.host,
@@ -75,19 +83,63 @@ function dialTargetOf(target: HostTarget): DialTarget {
     socketPath,
     dialTimeoutMs: connection.dialTimeoutSeconds * 1000,
     insecureSkipHostKeyVerification: connection.insecureIgnoreHostKey,
-    ...optional(
-      "privateKey",
-      connection.privateKey ?? configured.privateKey,
-      (key) => new SecretValue(key),
-    ),
-    ...optional(
-      "passphrase",
-      connection.passphrase ?? configured.passphrase,
-      (phrase) => new SecretValue(phrase),
-    ),
-    ...optional("knownHosts", connection.knownHosts ?? configured.knownHosts, (text) => text),
-    ...(connection.agentSocket !== undefined ? { agentSocket: connection.agentSocket } : {}),
+    ...sshLoginOf(inherited),
+    ...(connection.proxyJump === undefined
+      ? {}
+      : { jumps: jumpHostsOf(connection.proxyJump, connection.user, inherited) }),
   };
+}
+
+type Connection = NonNullable<HostTarget["connection"]>;
+type LoginSettings = Partial<
+  Record<"privateKey" | "passphrase" | "knownHosts" | "agentSocket", string>
+>;
+
+/** Credentials and known_hosts as the SSH layer takes them: keys and passphrases kept secret. */
+function sshLoginOf(settings: LoginSettings): Partial<SshHop> {
+  return {
+    ...optional("privateKey", settings.privateKey, (key) => new SecretValue(key)),
+    ...optional("passphrase", settings.passphrase, (phrase) => new SecretValue(phrase)),
+    ...optional("knownHosts", settings.knownHosts, (text) => text),
+    ...optional("agentSocket", settings.agentSocket, (path) => path),
+  };
+}
+
+/**
+ * connection.proxyJump as hops. A hop without a user logs in as the
+ * connection's user; one without a key or agent of its own uses the
+ * connection's (a key with its passphrase, or the agent); one without
+ * known_hosts uses the connection's. Skipping the host-key check is never
+ * inherited: each hop says so itself.
+ */
+function jumpHostsOf(
+  proxyJump: NonNullable<Connection["proxyJump"]>,
+  user: string,
+  inherited: LoginSettings,
+): SshHop[] {
+  const hops: JumpHostInput[] = proxyJump.flatMap((item) =>
+    typeof item !== "string"
+      ? [item]
+      : parseProxyJump(item, "connection.proxyJump").map((hop) => ({
+          host: hop.host,
+          port: hop.port ?? 22,
+          insecureIgnoreHostKey: false,
+          ...(hop.user === undefined ? {} : { user: hop.user }),
+        })),
+  );
+  return hops.map((hop) => {
+    const ownCredentials = hop.privateKey !== undefined || hop.agentSocket !== undefined;
+    const credentials: LoginSettings = ownCredentials
+      ? { privateKey: hop.privateKey, passphrase: hop.passphrase, agentSocket: hop.agentSocket }
+      : inherited;
+    return {
+      host: hop.host,
+      port: hop.port,
+      username: hop.user ?? user,
+      insecureSkipHostKeyVerification: hop.insecureIgnoreHostKey,
+      ...sshLoginOf({ ...credentials, knownHosts: hop.knownHosts ?? inherited.knownHosts }),
+    };
+  });
 }
 
 function optional<K extends string, T>(

@@ -16,6 +16,7 @@ export const KVM_CHANGE_TABLE: ChangeTableOf<KvmProxyInputs, "connection"> = {
   "connection.insecureIgnoreHostKey": "update",
   "connection.agentSocket": "update",
   "connection.dialTimeoutSeconds": "update",
+  "connection.proxyJump": "update",
   socketPath: "update",
   pool: "replace",
   network: "replace",

@@ -10,10 +10,12 @@
  * - only http and https, and never from https down to http (an https image
  *   may have no digest: the scheme is what vouches for it);
  * - never to a URL with user:password@ (it would be sent as credentials);
- * - never to a loopback, link-local, cloud metadata or unspecified address,
- *   by literal, by a well-known name, or by what a name resolves to, unless
- *   image.url itself reaches that kind of address (a lab mirror on loopback
- *   keeps its own redirects);
+ * - never to a loopback, link-local, cloud metadata, unspecified or IPv6
+ *   unique-local address, by literal, by a well-known name, or by what a name
+ *   resolves to, unless image.url itself reaches that kind of address (a lab
+ *   mirror on loopback keeps its own redirects); an IPv4 address written
+ *   inside IPv6 (mapped, translated, compatible, 6to4, Teredo, NAT64) is
+ *   judged as the IPv4 address it reaches;
  * - each host is resolved once, and the connection is pinned to the
  *   addresses checked here (see pinned-agent.ts), so DNS cannot answer
  *   differently for the connect than for the check.
@@ -28,13 +30,15 @@ import { redactUrl } from "../common/redact";
 export const MAX_IMAGE_REDIRECTS = 5;
 
 /** The address kinds a redirect may not reach unless image.url reaches the same kind. */
-export type GuardedAddressKind = "loopback" | "link-local" | "metadata" | "unspecified";
+export type GuardedAddressKind =
+  "loopback" | "link-local" | "metadata" | "unspecified" | "unique-local";
 
 const KIND_DESCRIPTION: Record<GuardedAddressKind, string> = {
   loopback: "a loopback address",
   "link-local": "a link-local address",
   metadata: "a cloud metadata address",
   unspecified: "an unspecified address (it reaches this machine)",
+  "unique-local": "an IPv6 unique-local address (fc00::/7, a private network)",
 };
 
 /**
@@ -115,19 +119,41 @@ function ipv6Kind(groups: number[]): GuardedAddressKind | undefined {
   if (zeros(8)) return "unspecified";
   if (zeros(7) && groups[7] === 1) return "loopback";
   if ((groups[0]! & 0xffc0) === 0xfe80) return "link-local";
-  // IPv4 carried inside IPv6 reaches the IPv4 address: mapped (::ffff:a.b.c.d),
-  // the old compatible form (::a.b.c.d) and the NAT64 well-known prefix (64:ff9b::/96).
-  const mapped = zeros(5) && groups[5] === 0xffff;
-  const nat64 =
-    groups[0] === 0x64 && groups[1] === 0xff9b && groups.slice(2, 6).every((g) => g === 0);
-  if (mapped || nat64 || zeros(6)) return ipv4Kind(embeddedIpv4(groups));
+  const carried = embeddedIpv4Forms(groups);
+  if (carried.length > 0) return carried.map(ipv4Kind).find((kind) => kind !== undefined);
+  // Unique-local is IPv6's private space, where clouds put metadata services
+  // (fd00:ec2::/32); unlike 10/8 in IPv4, nothing serves public images there.
+  if ((groups[0]! & 0xfe00) === 0xfc00) return "unique-local";
   return undefined;
 }
 
-function embeddedIpv4(groups: number[]): number[] {
-  const high = groups[6]!;
-  const low = groups[7]!;
-  return [high >> 8, high & 0xff, low >> 8, low & 0xff];
+/**
+ * The IPv4 addresses an IPv6 address reaches: mapped (::ffff:a.b.c.d),
+ * translated (::ffff:0:a.b.c.d, RFC 7915), the old compatible form
+ * (::a.b.c.d), 6to4 (2002:aabb:ccdd::/48), Teredo's client (2001::/32, the
+ * last 32 bits inverted) and NAT64 (the well-known 64:ff9b::/96 and the
+ * local-use 64:ff9b:1::/48, as a /96 when bits 48–95 are zero, else as a /48
+ * per RFC 6052 first and a /96 next: an operator may split it either way).
+ */
+function embeddedIpv4Forms(groups: number[]): number[][] {
+  const zeros = (from: number, to: number) => groups.slice(from, to).every((g) => g === 0);
+  const octets = (high: number, low: number) => [high >> 8, high & 0xff, low >> 8, low & 0xff];
+  const tail = octets(groups[6]!, groups[7]!);
+  if (zeros(0, 5) && groups[5] === 0xffff) return [tail];
+  if (zeros(0, 4) && groups[4] === 0xffff && groups[5] === 0) return [tail];
+  if (zeros(0, 6)) return [tail];
+  if (groups[0] === 0x2002) return [octets(groups[1]!, groups[2]!)];
+  if (groups[0] === 0x2001 && groups[1] === 0)
+    return [octets(groups[6]! ^ 0xffff, groups[7]! ^ 0xffff)];
+  if (groups[0] === 0x64 && groups[1] === 0xff9b) {
+    if (zeros(2, 6)) return [tail];
+    if (groups[2] === 1) {
+      if (zeros(3, 6)) return [tail];
+      const asPrefix48 = [groups[3]! >> 8, groups[3]! & 0xff, groups[4]! & 0xff, groups[5]! >> 8];
+      return [asPrefix48, tail];
+    }
+  }
+  return [];
 }
 
 const METADATA_V6_GROUPS = METADATA_V6.map((address) => ipv6Groups(address)!);
@@ -247,7 +273,7 @@ export async function vetHost(
   const hostname = url.hostname.replace(/^\[(.*)\]$/, "$1");
   const refuse = (kind: GuardedAddressKind, via: string) =>
     new ImageSourceRefusedError(
-      `image.url ${redactUrl(context.original.href)} was redirected to ${describeImageUrl(url)}${via}, ${KIND_DESCRIPTION[kind]}: redirects may reach loopback, link-local, metadata or unspecified addresses only when image.url itself points at one; point image.url at the image's final location if this redirect is intended`,
+      `image.url ${redactUrl(context.original.href)} was redirected to ${describeImageUrl(url)}${via}, ${KIND_DESCRIPTION[kind]}: redirects may reach loopback, link-local, metadata, unspecified or unique-local addresses only when image.url itself points at one; point image.url at the image's final location if this redirect is intended`,
     );
   const permits = (kind: GuardedAddressKind) => allowed === "any" || allowed.has(kind);
   const family = isIP(hostname);

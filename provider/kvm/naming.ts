@@ -6,6 +6,7 @@
 import { createHash } from "node:crypto";
 import { base32 } from "../common/names";
 import { PermanentError } from "../common/errors";
+import { bracketedHost, hostAndPort } from "../ssh/address";
 
 // FROZEN: volume names, the base-image prefix and the resource id form are in existing
 // state and on existing hosts (delete and the reaper find volumes by these names).
@@ -53,8 +54,24 @@ export function macAddressFor(vmName: string): string {
   );
 }
 
-/** How the host appears in ids and outputs: `host` or `host:port`, `local` for the local socket. */
+/**
+ * How the host appears in ids and outputs: `host` or `host:port`, an IPv6
+ * literal in brackets (`[2001:db8::10]`, `[2001:db8::10]:2222`) so the port
+ * cannot be read as part of it; `local` for the local socket.
+ */
 export function hostLabel(connection: { host: string; port: number } | undefined): string {
+  if (connection === undefined) return "local";
+  return connection.port === 22
+    ? bracketedHost(connection.host)
+    : hostAndPort(connection.host, connection.port);
+}
+
+/**
+ * The label earlier releases wrote: the host exactly as configured, an
+ * IPv6 literal bare (`2001:db8::10:2222` for port 2222). Ids in existing state
+ * may carry it; read accepts it for the same host and keeps such an id as it is.
+ */
+export function legacyHostLabel(connection: { host: string; port: number } | undefined): string {
   if (connection === undefined) return "local";
   return connection.port === 22 ? connection.host : `${connection.host}:${connection.port}`;
 }

@@ -42,6 +42,7 @@ import type { LibvirtHost, VmState } from "./host";
 import { ensureBaseImage, type BaseImage } from "./image-cache";
 import {
   kvmResourceId,
+  legacyHostLabel,
   macAddressFor,
   overlayVolumeName,
   parseKvmResourceId,
@@ -417,7 +418,9 @@ async function readWithin(
 ): Promise<pulumi.dynamic.ReadResult> {
   const { host: idHost, vmName } = parseKvmResourceId(id);
   const session = await openHost(target, deadline);
-  if (adopting && idHost !== session.label)
+  // An id from before IPv6 labels were bracketed names the same host: it stays as it is in state.
+  const legacyId = idHost !== session.label && idHost === legacyHostLabel(target.connection);
+  if (adopting && idHost !== session.label && !legacyId)
     throw new PermanentError(
       `id ${JSON.stringify(id)} names host ${idHost}, but the connection reaches ${session.label}; pass the connection of that host or use the id hosts/${session.label}/domains/${vmName}`,
     );
@@ -456,7 +459,7 @@ async function readWithin(
     libvirtUuid: uuidText(handle.uuid),
   };
   return {
-    id: kvmResourceId(session.label, description.name),
+    id: kvmResourceId(legacyId ? idHost : session.label, description.name),
     props: plain(outputs),
     inputs: plain(inputsOnly(outputs, OUTPUT_KEYS)),
   };

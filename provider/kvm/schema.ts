@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { egressCheckSchema } from "../common/egress";
+import { parseProxyJump } from "../ssh/jump";
 import {
   ownerSchema,
   PROXIED_HTTP_URL,
@@ -27,45 +28,98 @@ const CPU_MODEL = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 
 const DEFAULT_SOCKET_PATH = "/var/run/libvirt/libvirt-sock";
 
-export const connectionSchema = z.strictObject({
-  host: z
-    .string({
-      error: 'connection.host must be the hypervisor\'s host name or address, e.g. "kvm1.lan"',
-    })
-    .regex(HOST_NAME, {
-      error:
-        'connection.host must be a host name or IP address without user or port (use connection.user and connection.port), e.g. "kvm1.lan"',
-    }),
-  port: wholeNumber("connection.port", 1, 65535, 22).default(22),
-  user: z
-    .string({ error: 'connection.user must be the SSH user name, e.g. "root"' })
-    .regex(/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$/, {
-      error: "connection.user must be a plain user name (letters, digits, _ . -)",
-    })
-    .default("root"),
-  privateKey: z
-    .string({ error: "connection.privateKey must be the private key text (PEM or OpenSSH format)" })
-    .includes("PRIVATE KEY-----", {
-      error:
-        "connection.privateKey must be the key's text (-----BEGIN ... PRIVATE KEY-----), not a path; read the file with fs.readFileSync",
-    })
-    .optional(),
-  passphrase: z.string({ error: "connection.passphrase must be a string" }).optional(),
-  /** OpenSSH known_hosts content; without it ~/.ssh/known_hosts is read. */
-  knownHosts: z
-    .string({
-      error:
-        'connection.knownHosts must be known_hosts text (lines like "host ssh-ed25519 AAAA...")',
-    })
-    .optional(),
-  /** Skips host-key verification. Insecure: anyone on the path can impersonate the host. */
-  insecureIgnoreHostKey: z
-    .boolean({ error: "connection.insecureIgnoreHostKey must be true or false" })
-    .default(false),
-  /** ssh-agent socket; defaults to SSH_AUTH_SOCK. */
-  agentSocket: z.string({ error: "connection.agentSocket must be a path" }).optional(),
-  dialTimeoutSeconds: wholeNumber("connection.dialTimeoutSeconds", 1, 600, 15).default(15),
+/** The SSH settings a hop and the hypervisor share, their messages naming `field` (e.g. "connection"). */
+function sshLoginFields<User extends z.ZodType>(field: string, whose: string, user: User) {
+  return {
+    host: z
+      .string({
+        error: `${field}.host must be the ${whose} host name or address, e.g. "kvm1.lan"`,
+      })
+      .regex(HOST_NAME, {
+        error: `${field}.host must be a host name or IP address without user or port (use ${field}.user and ${field}.port), e.g. "kvm1.lan"`,
+      }),
+    port: wholeNumber(`${field}.port`, 1, 65535, 22).default(22),
+    user,
+    privateKey: z
+      .string({ error: `${field}.privateKey must be the private key text (PEM or OpenSSH format)` })
+      .includes("PRIVATE KEY-----", {
+        error: `${field}.privateKey must be the key's text (-----BEGIN ... PRIVATE KEY-----), not a path; read the file with fs.readFileSync`,
+      })
+      .optional(),
+    passphrase: z.string({ error: `${field}.passphrase must be a string` }).optional(),
+    /** OpenSSH known_hosts content; without it ~/.ssh/known_hosts is read. */
+    knownHosts: z
+      .string({
+        error: `${field}.knownHosts must be known_hosts text (lines like "host ssh-ed25519 AAAA...")`,
+      })
+      .optional(),
+    /** Skips host-key verification. Insecure: anyone on the path can impersonate the host. */
+    insecureIgnoreHostKey: z
+      .boolean({ error: `${field}.insecureIgnoreHostKey must be true or false` })
+      .default(false),
+    /** ssh-agent socket; defaults to SSH_AUTH_SOCK. */
+    agentSocket: z.string({ error: `${field}.agentSocket must be a path` }).optional(),
+  };
+}
+
+const SSH_USER = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$/;
+const sshUser = (field: string) =>
+  z
+    .string({ error: `${field}.user must be the SSH user name, e.g. "root"` })
+    .regex(SSH_USER, { error: `${field}.user must be a plain user name (letters, digits, _ . -)` });
+
+/**
+ * A jump host as an object: its own login and host-key check. What it leaves
+ * out comes from the connection (user, key, passphrase, agent, known_hosts),
+ * except insecureIgnoreHostKey, which is never inherited.
+ */
+const jumpHostSchema = z.strictObject({
+  ...sshLoginFields(
+    "connection.proxyJump[]",
+    "jump host's",
+    sshUser("connection.proxyJump[]").optional(),
+  ),
 });
+
+/** OpenSSH's one-line form, checked here so preview reports it; the same parser reads it when dialling. */
+const proxyJumpText = z
+  .string({ error: "connection.proxyJump must be text or a list" })
+  .superRefine((text, context) => {
+    try {
+      parseProxyJump(text, "connection.proxyJump");
+    } catch (error) {
+      context.addIssue({ code: "custom", message: (error as Error).message });
+    }
+  });
+
+export const MAX_JUMP_HOSTS = 8;
+
+export const connectionSchema = z.strictObject({
+  ...sshLoginFields("connection", "hypervisor's", sshUser("connection").default("root")),
+  dialTimeoutSeconds: wholeNumber("connection.dialTimeoutSeconds", 1, 600, 15).default(15),
+  /**
+   * Jump hosts in front of the hypervisor, first to last, like OpenSSH's
+   * ProxyJump: `"admin@bastion:22"`, `"jump1,jump2:2222"`, or a list whose
+   * items are such text or objects with their own credentials and known_hosts.
+   */
+  proxyJump: z
+    .preprocess(
+      (value) => (typeof value === "string" ? [value] : value),
+      z
+        .array(z.union([proxyJumpText, jumpHostSchema]), {
+          error: "connection.proxyJump must be text or a list of jump hosts",
+        })
+        .min(1, {
+          error: "connection.proxyJump must name at least one jump host; leave it out for none",
+        })
+        .max(MAX_JUMP_HOSTS, {
+          error: `connection.proxyJump takes at most ${MAX_JUMP_HOSTS} jump hosts`,
+        }),
+    )
+    .optional(),
+});
+
+export type JumpHostInput = z.output<typeof jumpHostSchema>;
 
 const imageSchema = z
   .strictObject({

@@ -7,6 +7,7 @@
  * not supported, so such a host is "unknown" unless a plain key line exists.
  */
 import { createHash, createHmac } from "node:crypto";
+import { canonicalHost } from "./address";
 import { SshHostKeyError } from "./errors";
 
 export interface KnownHostEntry {
@@ -46,8 +47,10 @@ export function parseKnownHosts(content: string): KnownHostEntry[] {
 
 /** The name known_hosts uses for a host: `host` on port 22, `[host]:port` otherwise. */
 export function knownHostsName(host: string, port: number): string {
-  // ssh lowercases the host name before matching (and before hashing), so do we.
-  const name = host.toLowerCase();
+  // ssh lowercases the host name before matching (and before hashing), so do we; an IPv6
+  // literal is matched in the spelling ssh-keyscan writes, bare on port 22 and inside the
+  // port's brackets otherwise, never twice.
+  const name = canonicalHost(host).toLowerCase();
   return port === 22 ? name : `[${name}]:${port}`;
 }
 

@@ -9,6 +9,7 @@
  * gives up stops waiting, the dial carries on for the others.
  */
 import { LibvirtConnection, LibvirtTransportError, type CallOptions } from "../libvirt-rpc-xdr";
+import { hostAndPort } from "./address";
 
 export interface ConnectionPoolOptions<Target> {
   /** Opens a new connection to a target (e.g. openLibvirtOverSsh with dial options bound). */
@@ -198,13 +199,17 @@ function waitFor<T>(
   });
 }
 
-/** The pool key for SSH targets: one link per user, host, port, socket and URI. */
-export function sshTargetKey(target: {
+interface SshAddress {
   username: string;
   host: string;
   port?: number;
-  socketPath?: string;
-  uri?: string;
-}): string {
-  return `${target.username}@${target.host}:${target.port ?? 22}${target.socketPath ?? ""}#${target.uri ?? "qemu:///system"}`;
+}
+
+/** The pool key for SSH targets: one link per path of jump hosts, user, host, port, socket and URI. */
+export function sshTargetKey(
+  target: SshAddress & { socketPath?: string; uri?: string; jumps?: SshAddress[] },
+): string {
+  const address = (hop: SshAddress) => `${hop.username}@${hostAndPort(hop.host, hop.port ?? 22)}`;
+  const path = (target.jumps ?? []).map((hop) => `${address(hop)}>`).join("");
+  return `${path}${address(target)}${target.socketPath ?? ""}#${target.uri ?? "qemu:///system"}`;
 }

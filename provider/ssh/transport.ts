@@ -13,13 +13,16 @@ import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { connect, type Socket } from "node:net";
 import { join } from "node:path";
+import type { Duplex } from "node:stream";
 import { Client, type ClientChannel, type ConnectConfig } from "ssh2";
 import {
   LibvirtConnection,
   LibvirtTransportError,
   type ConnectionOptions,
 } from "../libvirt-rpc-xdr";
-import { resolveAuthMethods, type SshCredentials } from "./auth";
+import { bareHost, hostAndPort } from "./address";
+import { resolveAuthMethods } from "./auth";
+import { describeHop, type SshHop } from "./jump";
 import { cipherOffer, linkAlgorithms, ssh2CryptoFacts, type SshLinkAlgorithms } from "./ciphers";
 import { SshAuthError, SshConfigError, SshConnectError, SshHostKeyError } from "./errors";
 import {
@@ -32,24 +35,14 @@ import {
 } from "./known-hosts";
 import { DEFAULT_LIBVIRT_SOCKET } from "./local";
 
-export interface SshTarget extends SshCredentials {
-  host: string;
-  /** Default 22. */
-  port?: number;
-  username: string;
-  /** known_hosts content. Wins over `knownHostsFile`. */
-  knownHosts?: string;
-  /** known_hosts file; default ~/.ssh/known_hosts. */
-  knownHostsFile?: string;
-  /**
-   * INSECURE: accept any host key. Anyone on the path can then impersonate
-   * the hypervisor and read everything, including cloud-init secrets.
-   */
-  insecureSkipHostKeyVerification?: boolean;
+/** The hypervisor: a hop of its own (user, credentials, host key) plus where libvirt listens there. */
+export interface SshTarget extends SshHop {
   /** libvirtd's socket on the host. Default /var/run/libvirt/libvirt-sock. */
   socketPath?: string;
   /** URI for CONNECT_OPEN. Default qemu:///system. */
   uri?: string;
+  /** Jump hosts, first to last: the host is reached through a TCP forward from the last one. */
+  jumps?: SshHop[];
 }
 
 export interface SshDialOptions {
@@ -84,14 +77,105 @@ function loadKnownHosts(target: SshTarget): KnownHostEntry[] {
   }
 }
 
-/** Logs in over SSH and returns the ready ssh2 client. */
-/** The TCP socket under each client dialSsh made (ssh2 keeps its own reference private). */
-const socketOf = new WeakMap<Client, Socket>();
+/** What each client dialSsh made logs in over: its TCP socket, or a jump host's forward (ssh2 keeps it private). */
+const transportOf = new WeakMap<Client, Duplex>();
 
-export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promise<Client> {
+/**
+ * Logs in over SSH and returns the ready ssh2 client; through the target's
+ * jump hosts first when it has some, each logged into in turn over a TCP
+ * forward from the one before. The jump links end when the returned client
+ * closes; an error says which hop failed.
+ */
+export async function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promise<Client> {
+  const jumps = target.jumps ?? [];
+  if (jumps.length === 0) return dialOneHop(target, options);
+  const opened: Client[] = [];
+  const releaseJumps = (): void => {
+    for (const client of opened.reverse()) releaseSshClient(client);
+  };
+  const hopOptions: SshDialOptions = {
+    ...options,
+    onHandshake: undefined,
+    onLinkEstablished: undefined,
+  };
+  const forwardTimeoutMs = options.forwardTimeoutMs ?? 10_000;
+  try {
+    let through: { client: Client; name: string } | undefined;
+    for (const [index, hop] of jumps.entries()) {
+      const name = describeHop(
+        index,
+        jumps.length,
+        `${hop.username}@${hostAndPort(hop.host, hop.port ?? 22)}`,
+      );
+      const sock =
+        through && (await forwardTcp(through.client, hop, forwardTimeoutMs, through.name));
+      const client = await dialOneHop(hop, hopOptions, sock).catch((error: unknown) => {
+        throw namedAfter(error, name);
+      });
+      opened.push(client);
+      through = { client, name };
+    }
+    const sock = await forwardTcp(through!.client, target, forwardTimeoutMs, through!.name);
+    const client = await dialOneHop(target, options, sock);
+    client.once("close", releaseJumps);
+    return client;
+  } catch (error) {
+    releaseJumps();
+    throw error;
+  }
+}
+
+/** The same error, its message led by the hop it came from (the class, and so the error class, stays). */
+function namedAfter(error: unknown, hop: string): unknown {
+  if (error instanceof Error) error.message = `${hop}: ${error.message}`;
+  return error;
+}
+
+/** A TCP connection to the next host, opened by the hop before it. */
+function forwardTcp(
+  client: Client,
+  next: { host: string; port?: number },
+  timeoutMs: number,
+  hop: string,
+): Promise<ClientChannel> {
+  const where = hostAndPort(next.host, next.port ?? 22);
+  return new Promise<ClientChannel>((resolve, reject) => {
+    let settled = false;
+    const timer = setTimeout(() => {
+      settled = true;
+      reject(
+        new SshConnectError(
+          `${hop}: opening a connection to ${where} took longer than ${timeoutMs} ms`,
+        ),
+      );
+    }, timeoutMs);
+    timer.unref();
+    client.forwardOut("127.0.0.1", 0, bareHost(next.host), next.port ?? 22, (error, channel) => {
+      clearTimeout(timer);
+      if (settled) {
+        channel?.destroy();
+        return;
+      }
+      settled = true;
+      if (error)
+        reject(
+          new SshConnectError(
+            `${hop} cannot open a connection to ${where}: ${error.message}; check that the jump host reaches it ` +
+              "and that its sshd allows TCP forwarding (AllowTcpForwarding)",
+            { cause: error },
+          ),
+        );
+      else resolve(channel);
+    });
+  });
+}
+
+/** One SSH login: over a TCP connection of our own, or over `sock` (a forward from a jump host). */
+function dialOneHop(given: SshHop, options: SshDialOptions, sock?: ClientChannel): Promise<Client> {
+  const target = { ...given, host: bareHost(given.host) };
   const port = target.port ?? 22;
   const handshakeTimeoutMs = options.handshakeTimeoutMs ?? 20_000;
-  const where = `${target.username}@${target.host}:${port}`;
+  const where = `${target.username}@${hostAndPort(target.host, port)}`;
   let hostKeyError: SshHostKeyError | undefined;
   /** The key types known_hosts pins for this host; empty when unverified or nothing is pinned. */
   let pinned: string[] = [];
@@ -135,6 +219,7 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
         client.on("error", () => undefined);
         client.destroy();
         link.socket?.destroy();
+        sock?.destroy();
         reject(error);
       } else {
         resolve(client);
@@ -191,10 +276,15 @@ export function dialSsh(target: SshTarget, options: SshDialOptions = {}): Promis
     client.once("close", () =>
       finish(new SshConnectError(`ssh to ${where}: the connection closed during login`)),
     );
+    if (sock !== undefined) {
+      transportOf.set(client, sock);
+      client.connect({ ...config, sock });
+      return;
+    }
     // We open the TCP connection ourselves so the deadline covers it and we know our end of it.
     const tcp = connect({ host: target.host, port });
     link.socket = tcp;
-    socketOf.set(client, tcp);
+    transportOf.set(client, tcp);
     tcp.setNoDelay(true);
     tcp.once("error", (error) =>
       finish(new SshConnectError(`ssh to ${where} failed: ${error.message}`, { cause: error })),
@@ -258,16 +348,18 @@ function forwardSocket(
  * layer's AcknowledgementNudge does the same once the channel is there).
  * The packet is OpenSSH's no-more-sessions: it has no reply, and this link
  * never opens a session (it only forwards libvirt's socket). A server that is
- * not OpenSSH gets nothing (ssh2 sends it to OpenSSH only). Returns the stop.
+ * not OpenSSH gets nothing (ssh2 sends it to OpenSSH only). Through a jump
+ * host the same holds for the jump host's connection to the target, which the
+ * packet crosses. Returns the stop.
  */
 function acknowledgeWhileForwarding(client: Client): () => void {
-  const socket = socketOf.get(client);
-  if (socket === undefined) return () => undefined;
+  const transport = transportOf.get(client);
+  if (transport === undefined) return () => undefined;
   let next: NodeJS.Immediate | undefined;
   const onData = (): void => {
     next ??= setImmediate(() => {
       next = undefined;
-      if (!socket.writable) return;
+      if (!transport.writable) return;
       try {
         // No callback: no reply asked (ssh2's types demand one; its code does not).
         (client.openssh_noMoreSessions as () => Client).call(client);
@@ -276,9 +368,9 @@ function acknowledgeWhileForwarding(client: Client): () => void {
       }
     });
   };
-  socket.on("data", onData);
+  transport.on("data", onData);
   return () => {
-    socket.off("data", onData);
+    transport.off("data", onData);
     if (next !== undefined) clearImmediate(next);
   };
 }
@@ -300,8 +392,7 @@ export async function openLibvirtOverSsh(
   target: SshTarget,
   options: SshDialOptions = {},
 ): Promise<LibvirtConnection> {
-  const port = target.port ?? 22;
-  const where = `${target.username}@${target.host}:${port}`;
+  const where = `${target.username}@${hostAndPort(target.host, target.port ?? 22)}`;
   const client = await dialSsh(target, options);
   let connection: LibvirtConnection | undefined;
   const linkLost = (reason: string) => (): void => {

@@ -17,6 +17,7 @@
  * lab between suites). A failing suite does not hide the others' figures: all
  * run, the failures are listed at the end and the exit status is 1.
  */
+import { execFileSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { arch, cpus, loadavg, release, totalmem, type } from "node:os";
 import { join } from "node:path";
@@ -41,6 +42,22 @@ const suites: Record<string, () => Promise<void>> = {
 
 /** dist/test/bench/run.js → the repository root. */
 const RESULTS = join(__dirname, "..", "..", "..", "bench-results.json");
+
+/** The checkout measured (`abc1234`, `+dirty` with uncommitted changes); absent outside a git work tree. */
+function measuredCommit(): string | undefined {
+  const git = (...args: string[]): string =>
+    execFileSync("git", args, {
+      cwd: join(__dirname, "..", "..", ".."),
+      timeout: 5000,
+      encoding: "utf8",
+    }).trim();
+  try {
+    const commit = git("rev-parse", "--short", "HEAD");
+    return git("status", "--porcelain", "--untracked-files=no") === "" ? commit : `${commit}+dirty`;
+  } catch {
+    return undefined;
+  }
+}
 
 async function main(): Promise<void> {
   const { nodeMajor, suites: wanted } = parseBenchArgs(process.argv.slice(2));
@@ -75,6 +92,7 @@ async function main(): Promise<void> {
   const results = {
     node: process.versions.node,
     date: new Date().toISOString(),
+    commit: measuredCommit(),
     machine: {
       os: `${type()} ${release()} ${arch()}`,
       cpus: cpus().length,

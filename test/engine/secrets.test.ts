@@ -103,6 +103,34 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       assertNoPlaintext(registeredStore(registration), NEEDLES, "the registered inputs");
     });
 
+    it("a jump host's own key and passphrase are secret; the one-line form stays plain", () => {
+      const hopKey = SECRETS.privateKey.replace(KEY_BODY, `${KEY_BODY}hop`);
+      const registration = captureRegistration(
+        fixture.project,
+        "KvmProxy",
+        "edge-jump",
+        program({
+          connection: {
+            host: "kvm1.lan",
+            proxyJump: [
+              "admin@bastion.example:2222",
+              { host: "jump2.lan", privateKey: hopKey, passphrase: SECRETS.passphrase },
+            ],
+          },
+        }),
+      );
+      assert.deepEqual(
+        registration.secretPaths.filter((path) => path.startsWith("connection")).sort(),
+        ["connection.proxyJump.1.passphrase", "connection.proxyJump.1.privateKey"],
+      );
+      assertHolds(registration.inputs, [`${KEY_BODY}hop`, "admin@bastion.example:2222"]);
+      assertNoPlaintext(
+        registeredStore(registration),
+        [`${KEY_BODY}hop`, SECRETS.passphrase],
+        "the registered inputs",
+      );
+    });
+
     it("a URL without userinfo stays plain", () => {
       const registration = captureRegistration(
         fixture.project,

@@ -305,6 +305,21 @@ describe("image download redirects are untrusted", function () {
     ],
     ["a link-local address", "http://169.254.10.10/x", /a link-local address/],
     ["a link-local IPv6 address", "http://[fe80::1]/x", /a link-local address/],
+    [
+      "the metadata service, inside a 6to4 address",
+      "http://[2002:a9fe:a9fe::1]/latest/",
+      /a cloud metadata address/,
+    ],
+    [
+      "a link-local address, inside a NAT64 address",
+      "http://[64:ff9b::a9fe:101]/x",
+      /a link-local address/,
+    ],
+    [
+      "an IPv6 unique-local address",
+      "http://[fd12:3456:789a::1]/x",
+      /an IPv6 unique-local address/,
+    ],
   ];
   for (const [what, target, pattern] of guarded)
     it(`refuses a redirect to ${what} before connecting there`, async () => {

@@ -199,19 +199,24 @@ describe("ssh host keys and credentials against the lab's sshd", function () {
 });
 
 /** A free loopback port: bound, read, released (sshd binds it right after). */
-async function freeLoopbackPort(): Promise<number> {
+async function freeLoopbackPort(address = "127.0.0.1"): Promise<number> {
   const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  await new Promise<void>((resolve) => server.listen(0, address, resolve));
   const { port } = server.address() as AddressInfo;
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return port;
 }
 
-async function waitForPort(port: number, sshd: ChildProcess, log: () => string): Promise<void> {
+async function waitForPort(
+  port: number,
+  sshd: ChildProcess,
+  log: () => string,
+  host = "127.0.0.1",
+): Promise<void> {
   for (let attempt = 0; attempt < 100; attempt++) {
     if (sshd.exitCode !== null) throw new Error(`sshd exited (${sshd.exitCode}): ${log()}`);
     const open = await new Promise<boolean>((resolve) => {
-      const socket = connect({ host: "127.0.0.1", port }, () => {
+      const socket = connect({ host, port }, () => {
         socket.destroy();
         resolve(true);
       });
@@ -220,7 +225,7 @@ async function waitForPort(port: number, sshd: ChildProcess, log: () => string):
     if (open) return;
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  throw new Error(`sshd did not listen on 127.0.0.1:${port} within 5 s: ${log()}`);
+  throw new Error(`sshd did not listen on ${host} port ${port} within 5 s: ${log()}`);
 }
 
 describe("ssh against an sshd that no longer offers the pinned host-key type", function () {
@@ -299,5 +304,98 @@ describe("ssh against an sshd that no longer offers the pinned host-key type", f
       dial(`[127.0.0.1]:${port} ${keyLine(join(scratch, "host_rsa.pub"))}\n`),
     );
     assert.ok(error instanceof SshAuthError, `${error.name}: ${error.message}`);
+  });
+});
+
+/**
+ * A host reached by an IPv6 literal: an sshd of this test's own on ::1 (the
+ * lab's listens on 127.0.0.1 only) forwarding the lab's libvirt socket.
+ * known_hosts names it `[::1]:port`, as OpenSSH writes it; the config may give
+ * the literal bare or bracketed as in URLs.
+ */
+describe("ssh to a host given by an IPv6 literal", function () {
+  this.timeout(60_000);
+  let lab: LabEnv;
+  let scratch = "";
+  let sshd: ChildProcess | undefined;
+  let port: number;
+  let stderr = "";
+  let hostKey = "";
+
+  before(async function () {
+    this.timeout(180_000);
+    lab = await useLab();
+    const loopback6 = readFileSync("/proc/net/if_inet6", "utf8");
+    assert.match(
+      loopback6,
+      /^0{31}1 .* lo$/m,
+      "this machine has no ::1 on lo (IPv6 disabled?): the IPv6 host tests need it",
+    );
+    scratch = mkdtempSync(join(tmpdir(), "egress-sshd-ipv6-"));
+    await run("ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", join(scratch, "host_ed25519")]);
+    hostKey = readFileSync(join(scratch, "host_ed25519.pub"), "utf8")
+      .split(" ")
+      .slice(0, 2)
+      .join(" ");
+    copyFileSync(`${lab.clientKey}.pub`, join(scratch, "authorized_keys"));
+    port = await freeLoopbackPort("::1");
+    writeFileSync(
+      join(scratch, "sshd_config"),
+      [
+        `Port ${port}`,
+        "ListenAddress ::1",
+        `HostKey ${join(scratch, "host_ed25519")}`,
+        "PidFile none",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "UsePAM no",
+        "StrictModes no",
+        "PermitRootLogin prohibit-password",
+        "AllowStreamLocalForwarding yes",
+        `AuthorizedKeysFile ${join(scratch, "authorized_keys")}`,
+        "",
+      ].join("\n"),
+    );
+    mkdirSync("/run/sshd", { recursive: true });
+    sshd = spawn("/usr/sbin/sshd", ["-D", "-e", "-f", join(scratch, "sshd_config")], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    sshd.stderr!.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+    await waitForPort(port, sshd, () => stderr, "::1");
+  });
+  after(async () => {
+    if (sshd?.pid !== undefined && sshd.exitCode === null) {
+      const exited = new Promise((resolve) => sshd!.once("exit", resolve));
+      process.kill(sshd.pid, "SIGTERM");
+      await exited;
+    }
+    if (scratch !== "") rmSync(scratch, { recursive: true, force: true });
+  });
+
+  const target = (host: string, knownHosts: string): SshTarget =>
+    labSshTarget(lab, { host, port, knownHosts, knownHostsFile: undefined });
+
+  for (const host of ["::1", "[::1]", "0:0:0:0:0:0:0:1"])
+    it(`reaches libvirt through ${host}, verified by known_hosts' [::1]:port entry`, async () => {
+      const conn = await openLibvirtOverSsh(target(host, `[::1]:${port} ${hostKey}\n`), {
+        handshakeTimeoutMs: 10_000,
+      });
+      try {
+        assert.ok((await conn.call(Procedures.connectGetHostname, undefined)).length > 0);
+      } finally {
+        await conn.close();
+      }
+    });
+
+  it("does not take 127.0.0.1's entry for ::1, and names the host bracketed", async () => {
+    const error = await rejectionOf(
+      openLibvirtOverSsh(target("::1", `[127.0.0.1]:${port} ${hostKey}\n`), {
+        handshakeTimeoutMs: 10_000,
+      }),
+    );
+    assert.ok(error instanceof SshHostKeyError, `${error.name}: ${error.message}`);
+    assert.equal(error.problem, "unknown");
+    assert.ok(error.message.includes(`[::1]:${port}`), error.message);
+    assert.ok(!error.message.includes(`::1:${port}`), error.message);
   });
 });

@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-/** A private CA and a server certificate it signed, for 127.0.0.1 and localhost. */
+/** A private CA and a server certificate it signed, for 127.0.0.1, ::1 and localhost. */
 export interface SimulatorTls {
   caCertPem: string;
   serverCertPem: string;
@@ -43,7 +43,7 @@ export function simulatorTls(): SimulatorTls {
     run("req", ...ecKey, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=pve-sim");
     writeFileSync(
       join(dir, "server.ext"),
-      "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature\n",
+      "subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature\n",
     );
     run(
       "x509",

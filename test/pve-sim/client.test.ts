@@ -7,6 +7,7 @@ import { SecretValue } from "../../provider/common/redact";
 import { ProxmoxClient } from "../../provider/proxmox/client";
 import { parseUpid, waitForTask } from "../../provider/proxmox/tasks";
 import { useSimulator } from "./harness";
+import { PveSimulator } from "./simulator";
 
 const deadline = () => new Deadline(10_000, "timeouts.createSeconds");
 
@@ -16,6 +17,22 @@ describe("pve-sim + client: transport, auth and errors", () => {
   it("trusts the simulator's private CA given as PEM", async () => {
     const version = await env.client().get<{ version: string }>("/version");
     assert.equal(version.version, "9.2.20");
+  });
+
+  it("reaches an API endpoint given by an IPv6 literal, verifying the certificate's IP address", async () => {
+    const sim = new PveSimulator();
+    const endpoint = await sim.listen(0, "::1");
+    try {
+      assert.match(endpoint, /^https:\/\/\[::1\]:\d+$/);
+      const client = new ProxmoxClient({
+        endpoint,
+        apiToken: new SecretValue(sim.tokenFor()),
+        caCertPem: sim.caCertPem,
+      });
+      assert.equal((await client.get<{ version: string }>("/version")).version, "9.2.20");
+    } finally {
+      await sim.close();
+    }
   });
 
   it("refuses an untrusted certificate with a Permanent error that names caCertPem and insecure", async () => {

@@ -263,7 +263,8 @@ export class PveSimulator {
 
   // ---------------------------------------------------------------- server
 
-  async listen(port = 0): Promise<string> {
+  /** Listens on loopback: 127.0.0.1 unless `address` is "::1" (an API endpoint given by an IPv6 literal). */
+  async listen(port = 0, address: "127.0.0.1" | "::1" = "127.0.0.1"): Promise<string> {
     const tls = simulatorTls();
     const server = createServer({ key: tls.serverKeyPem, cert: tls.serverCertPem }, (req, res) => {
       void this.handle(req, res);
@@ -271,7 +272,7 @@ export class PveSimulator {
     this.server = server;
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);
-      server.listen(port, "127.0.0.1", () => resolve());
+      server.listen(port, address, () => resolve());
     });
     return this.endpoint;
   }
@@ -279,7 +280,8 @@ export class PveSimulator {
   get endpoint(): string {
     const address = this.server?.address() as AddressInfo | null | undefined;
     if (!address) throw new Error("simulator is not listening");
-    return `https://127.0.0.1:${address.port}`;
+    const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
+    return `https://${host}:${address.port}`;
   }
 
   get caCertPem(): string {

@@ -245,17 +245,35 @@ describe("the one secret set", () => {
     (schema) => schema.shape as Record<string, z.ZodType>,
   );
 
-  function fieldExists(shape: Record<string, z.ZodType>, path: string[]): boolean {
-    let schema: z.ZodType | undefined = shape[path[0]];
-    for (const key of path.slice(1)) {
-      while (schema instanceof z.ZodOptional || schema instanceof z.ZodDefault)
-        schema = schema.unwrap() as z.ZodType;
-      schema =
-        schema instanceof z.ZodObject
-          ? (schema.shape as Record<string, z.ZodType>)[key]
-          : undefined;
+  /** The schemas a value at `schema` may match: optional, default and preprocess unwrapped, unions spread. */
+  function alternatives(schema: z.ZodType): z.ZodType[] {
+    let inner = schema;
+    for (;;) {
+      if (inner instanceof z.ZodOptional || inner instanceof z.ZodDefault)
+        inner = inner.unwrap() as z.ZodType;
+      else if (inner instanceof z.ZodPipe)
+        inner = inner.out as z.ZodType; // preprocess: the schema after it
+      else break;
     }
-    return schema !== undefined;
+    return inner instanceof z.ZodUnion
+      ? (inner.options as z.ZodType[]).flatMap(alternatives)
+      : [inner];
+  }
+
+  /** Where `key` leads from `schema` (`*` is a list's items), in any alternative. */
+  function child(schema: z.ZodType, key: string): z.ZodType[] {
+    return alternatives(schema).flatMap((inner) => {
+      if (key === "*") return inner instanceof z.ZodArray ? [inner.element as z.ZodType] : [];
+      const next =
+        inner instanceof z.ZodObject ? (inner.shape as Record<string, z.ZodType>)[key] : undefined;
+      return next === undefined ? [] : [next];
+    });
+  }
+
+  function fieldExists(shape: Record<string, z.ZodType>, path: string[]): boolean {
+    let schemas: z.ZodType[] = shape[path[0]!] === undefined ? [] : [shape[path[0]!]!];
+    for (const key of path.slice(1)) schemas = schemas.flatMap((schema) => child(schema, key));
+    return schemas.length > 0;
   }
 
   it("names only inputs that exist in one of the resources", () => {
@@ -270,20 +288,25 @@ describe("the one secret set", () => {
     const listed = new Set<string>([...SECRET_INPUT_PATHS, ...URL_INPUT_PATHS]);
     const suspicious =
       /privatekey|passphrase|password|token|secret|userdata|vendordata|networkconfig|url$|endpoint/i;
-    const walk = (shape: Record<string, z.ZodType>, prefix: string[]): string[] =>
-      Object.entries(shape).flatMap(([key, schema]) => {
-        let inner: z.ZodType = schema;
-        while (inner instanceof z.ZodOptional || inner instanceof z.ZodDefault)
-          inner = inner.unwrap() as z.ZodType;
-        const path = [...prefix, key];
-        return inner instanceof z.ZodObject
-          ? walk(inner.shape as Record<string, z.ZodType>, path)
-          : [path.join(".")];
+    const walk = (schema: z.ZodType, path: string[]): string[] =>
+      alternatives(schema).flatMap((inner) => {
+        if (inner instanceof z.ZodObject)
+          return Object.entries(inner.shape as Record<string, z.ZodType>).flatMap(([key, field]) =>
+            walk(field, [...path, key]),
+          );
+        if (inner instanceof z.ZodArray) return walk(inner.element as z.ZodType, [...path, "*"]);
+        return [path.join(".")];
       });
-    for (const shape of shapes)
-      for (const path of walk(shape, []))
-        if (suspicious.test(path.split(".").at(-1)!) && !path.startsWith("owner"))
-          assert.ok(listed.has(path), `${path} looks secret but is not in the secret set`);
+    const paths = shapes.flatMap((shape) =>
+      Object.entries(shape).flatMap(([key, schema]) => walk(schema, [key])),
+    );
+    assert.ok(
+      paths.includes("connection.proxyJump.*.privateKey"),
+      "the walk reaches into lists of objects",
+    );
+    for (const path of new Set(paths))
+      if (suspicious.test(path.split(".").at(-1)!) && !path.startsWith("owner"))
+        assert.ok(listed.has(path), `${path} looks secret but is not in the secret set`);
   });
 
   it("additionalSecretOutputs: the top-level holder of every secret input the resource has, plus derived ones", () => {

@@ -16,6 +16,8 @@ import {
   kvmResourceId,
   macAddressFor,
   overlayVolumeName,
+  hostLabel,
+  legacyHostLabel,
   parseKvmResourceId,
   seedVolumeName,
   vmNameOfVolume,
@@ -246,6 +248,30 @@ describe("KvmProxy names", () => {
       vmName: "vm-1",
     });
     assert.throws(() => parseKvmResourceId("vm-1"), /not a KvmProxy id/);
+  });
+
+  it("brackets an IPv6 host in ids so its port cannot be read as part of it; reads ids of earlier releases", () => {
+    const cases: [{ host: string; port: number }, string, string][] = [
+      [{ host: "kvm1.lan", port: 22 }, "kvm1.lan", "kvm1.lan"],
+      [{ host: "kvm1.lan", port: 2222 }, "kvm1.lan:2222", "kvm1.lan:2222"],
+      [{ host: "192.0.2.10", port: 2222 }, "192.0.2.10:2222", "192.0.2.10:2222"],
+      [{ host: "2001:db8::10", port: 22 }, "[2001:db8::10]", "2001:db8::10"],
+      [{ host: "2001:db8::10", port: 2222 }, "[2001:db8::10]:2222", "2001:db8::10:2222"],
+      [{ host: "[2001:db8::10]", port: 2222 }, "[2001:db8::10]:2222", "[2001:db8::10]:2222"],
+    ];
+    for (const [connection, label, legacy] of cases) {
+      assert.equal(hostLabel(connection), label, JSON.stringify(connection));
+      assert.equal(legacyHostLabel(connection), legacy, JSON.stringify(connection));
+      assert.deepEqual(parseKvmResourceId(kvmResourceId(label, "vm-1")), {
+        host: label,
+        vmName: "vm-1",
+      });
+    }
+    assert.equal(hostLabel(undefined), "local");
+    assert.deepEqual(parseKvmResourceId("hosts/2001:db8::10:2222/domains/vm-1"), {
+      host: "2001:db8::10:2222",
+      vmName: "vm-1",
+    });
   });
 });
 

@@ -47,6 +47,19 @@ describe("image redirect policy: address kinds", () => {
     ["::ffff:0.0.0.0", "unspecified"],
     ["64:ff9b::a9fe:a9fe", "metadata"],
     ["::127.0.0.1", "loopback"],
+    ["::ffff:0:127.0.0.1", "loopback"], // translated (RFC 7915)
+    ["::ffff:0:a9fe:a9fe", "metadata"],
+    ["2002:7f00:1::", "loopback"], // 6to4 of 127.0.0.1
+    ["2002:a9fe:a9fe:1:2:3:4:5", "metadata"],
+    ["2002:a9fe:0101::1", "link-local"],
+    ["2001:0:4136:e378:8000:63bf:5601:5601", "metadata"], // Teredo, client 169.254.169.254 inverted
+    ["2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"], // Teredo, client 127.0.0.1 inverted
+    ["64:ff9b:1::7f00:1", "loopback"], // NAT64 local-use, read as /96
+    ["64:ff9b:1:a9fe:a9:fe00::", "metadata"], // NAT64 local-use, read as /48 (RFC 6052)
+    ["64:ff9b::127.0.0.1", "loopback"],
+    ["fd12:3456:789a::1", "unique-local"],
+    ["fc00::1", "unique-local"],
+    ["fd00:ec2::255", "unique-local"],
     // Ordinary addresses, private ranges included (a mirror on the LAN is normal).
     ["10.1.2.3", undefined],
     ["192.168.1.10", undefined],
@@ -55,7 +68,11 @@ describe("image redirect policy: address kinds", () => {
     ["::ffff:203.0.113.5", undefined],
     ["2001:db8::1", undefined],
     ["fec0::1", undefined],
-    ["fd00:ec2::255", undefined],
+    ["2002:cb00:7105::1", undefined], // 6to4 of 203.0.113.5
+    ["2001:0:4136:e378:8000:63bf:34ff:8efa", undefined], // Teredo, client 203.0.113.5
+    ["64:ff9b::203.0.113.5", undefined],
+    ["2001:db8:1::1", undefined],
+    ["fe00::1", undefined],
   ];
   for (const [address, expected] of table)
     it(`${address} → ${expected ?? "ordinary"}`, () =>

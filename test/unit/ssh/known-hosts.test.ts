@@ -6,6 +6,9 @@ import {
   fingerprintOf,
   hashKnownHostsName,
   isNoCommonHostKeyType,
+  bareHost,
+  bracketedHost,
+  hostAndPort,
   knownHostsName,
   parseKnownHosts,
   pinnedHostKeyAlgorithms,
@@ -31,6 +34,19 @@ describe("known_hosts", () => {
   it("names hosts as OpenSSH does: bare on port 22, [host]:port otherwise", () => {
     assert.equal(knownHostsName("h", 22), "h");
     assert.equal(knownHostsName("h", 2222), "[h]:2222");
+    for (const host of ["2001:DB8::10", "[2001:db8::10]", "2001:db8:0:0:0:0:0:10"]) {
+      assert.equal(knownHostsName(host, 22), "2001:db8::10");
+      assert.equal(knownHostsName(host, 2222), "[2001:db8::10]:2222");
+    }
+  });
+
+  it("writes host and port the way URLs and OpenSSH do: IPv6 literals bracketed", () => {
+    assert.equal(hostAndPort("kvm1.lan", 22), "kvm1.lan:22");
+    assert.equal(hostAndPort("::1", 2222), "[::1]:2222");
+    assert.equal(hostAndPort("[::1]", 2222), "[::1]:2222");
+    assert.equal(bareHost("[fe80::1%eth0]"), "fe80::1%eth0");
+    assert.equal(bracketedHost("2001:db8::10"), "[2001:db8::10]");
+    assert.equal(bracketedHost("kvm1.lan"), "kvm1.lan");
   });
 
   it("parses markers, comments and several keys per host; skips malformed lines", () => {
