@@ -153,6 +153,8 @@ export class LibvirtConnection {
   private readonly deadlines = new CallDeadlines();
   /** Plain calls whose reply has not come yet (streams not counted). */
   private callsAwaitingReply = 0;
+  /** Streams in flight: one that waits for a single answer from the daemon is owed one too. */
+  private readonly streams = new Set<UploadMachine | DownloadMachine>();
   private readonly ackNudge: AcknowledgementNudge;
   private outbox: Buffer[] = [];
   private outboxBytes = 0;
@@ -194,7 +196,7 @@ export class LibvirtConnection {
         this.flushOutbox();
         this.writeToTransport(keepalivePacket(KeepaliveProcedure.PONG));
       },
-      () => this.callsAwaitingReply > 0,
+      () => this.callsAwaitingReply > 0 || this.streamAwaitsAnswer(),
     );
     transport.on("data", this.onData);
     transport.on("error", this.onTransportError);
@@ -468,11 +470,36 @@ export class LibvirtConnection {
     };
     const machine = createMachine(port);
     const stop = this.armDeadline(procedure.name, options, (error) => machine.cancel(error));
-    machine.done.then(stop, stop);
+    this.streams.add(machine);
+    const forget = (): void => {
+      stop();
+      this.streams.delete(machine);
+    };
+    machine.done.then(forget, forget);
     this.core.register(serial, machine);
     if (machine.phase === "awaiting-reply")
       this.write(this.callPacket(procedure, serial, writer.finish()));
     return machine.done;
+  }
+
+  /**
+   * A stream waiting for its call's reply, or an upload waiting for the daemon
+   * to confirm its end (or abort). Traced on the lab: after the last data,
+   * sshd sent a window adjustment, then held the daemon's confirmation behind
+   * it until our delayed ACK, 40 ms later; so the nudge covers these waits
+   * too. Not while data flows: an upload writes all the time, and a download's
+   * full segments are acknowledged without help.
+   */
+  private streamAwaitsAnswer(): boolean {
+    for (const machine of this.streams) {
+      if (machine.phase === "awaiting-reply") return true;
+      if (
+        machine instanceof UploadMachine &&
+        (machine.phase === "finishing" || machine.phase === "aborting")
+      )
+        return true;
+    }
+    return false;
   }
 
   /**

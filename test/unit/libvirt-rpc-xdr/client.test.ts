@@ -6,6 +6,8 @@
 import assert from "node:assert/strict";
 import { Readable, Writable } from "node:stream";
 import {
+  KEEPALIVE_PROGRAM,
+  KeepaliveProcedure,
   LibvirtError,
   LibvirtStreamEndpointError,
   LibvirtTimeoutError,
@@ -269,6 +271,36 @@ describe("libvirt connection over a scripted peer", () => {
       assert.equal(settled, false, "waits for the daemon's OK");
       daemon.stream(call, MessageStatus.OK);
       assert.deepEqual(await upload, { bytes: 10 * 64 * 1024 });
+      conn.destroy();
+    });
+
+    it("acknowledges what arrives while it waits for the daemon to confirm its end", async () => {
+      const daemon = new FakeDaemon();
+      const conn = await daemon.open();
+      const upload = conn.upload({ vol }, chunkedSource(2));
+      const call = await daemon.nextCall(208);
+      daemon.reply(call);
+      await daemon.nextStream(call.header.serial, MessageStatus.OK);
+      await tick(50); // the nudges after our last write have run out
+      daemon.received.splice(0);
+      // Something else arrives first (over SSH: a window adjustment), and sshd holds the answer.
+      daemon.event();
+      await new Promise((resolve) => setImmediate(resolve));
+      await tick(1);
+      assert.ok(
+        daemon.received.some(
+          (p) =>
+            p.header.program === KEEPALIVE_PROGRAM &&
+            p.header.procedure === KeepaliveProcedure.PONG,
+        ),
+        "a keepalive PONG carried the acknowledgement",
+      );
+      daemon.stream(call, MessageStatus.OK);
+      await upload;
+      daemon.received.splice(0);
+      daemon.event();
+      await tick(5);
+      assert.equal(daemon.received.length, 0, "nothing owed once it is done: nothing sent");
       conn.destroy();
     });
 
