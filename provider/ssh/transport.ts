@@ -339,13 +339,15 @@ function forwardSocket(
 /**
  * Right after login sshd sends several things in a row: the host-key
  * announcement (hostkeys-00), its answer to ssh2's proof request, our
- * channel's confirmation. sshd sets TCP_NODELAY only for interactive
- * sessions, so Nagle holds each of those segments until the one before is
- * acknowledged, and Linux delays that acknowledgement up to 40 ms when we
- * have nothing to send: most logins waited 40 ms for the channel. So, until
- * the channel is confirmed, any data that arrives gets an SSH packet back in
- * the next turn, which carries the acknowledgement at once (the libvirt
- * layer's AcknowledgementNudge does the same once the channel is there).
+ * channel's confirmation, the libvirt handshake's replies. sshd sets
+ * TCP_NODELAY only for interactive sessions, so Nagle holds each of those
+ * segments until the one before is acknowledged, and Linux delays that
+ * acknowledgement up to 40 ms when we have nothing to send: most logins
+ * waited 40 ms for the channel, and the handshake's replies often waited
+ * behind the proof's answer (which the libvirt layer never sees, so its own
+ * AcknowledgementNudge cannot react to it). So, until the libvirt handshake
+ * is done, any data that arrives gets an SSH packet back in the next turn,
+ * which carries the acknowledgement at once.
  * The packet is OpenSSH's no-more-sessions: it has no reply, and this link
  * never opens a session (it only forwards libvirt's socket). A server that is
  * not OpenSSH gets nothing (ssh2 sends it to OpenSSH only). Through a jump
@@ -407,7 +409,7 @@ export async function openLibvirtOverSsh(
       target.socketPath ?? DEFAULT_LIBVIRT_SOCKET,
       options.forwardTimeoutMs ?? 10_000,
       where,
-    ).finally(stopAcknowledging);
+    );
     connection = await LibvirtConnection.open(channel, {
       ...options.libvirt,
       uri: target.uri ?? "qemu:///system",
@@ -418,5 +420,7 @@ export async function openLibvirtOverSsh(
   } catch (error) {
     releaseSshClient(client);
     throw error;
+  } finally {
+    stopAcknowledging();
   }
 }
