@@ -63,10 +63,20 @@ export interface IsoImage {
   toBuffer(): Buffer;
   /** Produces the image chunk by chunk without copying file contents into one buffer. */
   toStream(): Readable;
+  /**
+   * The image's bytes in order, as views of what the image already holds (file
+   * contents are not copied; padding is shared zeros). For reading only, e.g.
+   * hashing the image without building it in one buffer first.
+   */
+  chunks(): Iterable<Uint8Array>;
 }
 
 export const DEFAULT_TIMESTAMP = new Date(Date.UTC(2000, 0, 1, 0, 0, 0));
 const FIRST_PATH_TABLE_SECTOR = 19;
+/** Sectors 0-15, the system area: all zeros here (nothing boots from a seed). */
+const SYSTEM_AREA_BYTES = 16 * SECTOR_SIZE;
+/** Read-only zeros that stand for the system area and sector padding in chunks(). */
+const SHARED_ZEROS = new Uint8Array(SYSTEM_AREA_BYTES);
 const VOLUME_ID = /^[A-Za-z0-9_.-]{1,16}$/;
 /** Sector numbers are 32-bit; keep well inside them and inside Node's Buffer limit. */
 const MAX_IMAGE_BYTES = 2 ** 32 - 1;
@@ -155,7 +165,11 @@ export function buildIsoImage(spec: IsoImageSpec): IsoImage {
     );
 
   // ---- serialisation of everything before the file data ----
-  const metadata = Buffer.alloc(metadataSectors * SECTOR_SIZE);
+  // `metadata` starts at sector 16: the system area is zeros, written only where bytes are produced.
+  const metadata = Buffer.alloc(metadataSectors * SECTOR_SIZE - SYSTEM_AREA_BYTES);
+  const place = (bytes: Buffer, imageOffset: number): void => {
+    bytes.copy(metadata, imageOffset - SYSTEM_AREA_BYTES);
+  };
   const extentOf = new Map<Tree, Map<DirNode, DirectoryPlan>>([
     ["primary", new Map(trees.primary.map((plan) => [plan.dir, plan]))],
     ["joliet", new Map(trees.joliet.map((plan) => [plan.dir, plan]))],
@@ -177,39 +191,33 @@ export function buildIsoImage(spec: IsoImageSpec): IsoImage {
     timestamp,
     totalSectors,
   };
-  volumeDescriptor({
-    ...descriptorFields,
-    type: 1,
-    pathTableSize: pathTables.primary,
-    pathTableL: pathTableSectors.primaryL,
-    pathTableM: pathTableSectors.primaryM,
-    rootRecord: rootRecord("primary"),
-  }).copy(metadata, 16 * SECTOR_SIZE);
-  volumeDescriptor({
-    ...descriptorFields,
-    type: 2,
-    pathTableSize: pathTables.joliet,
-    pathTableL: pathTableSectors.jolietL,
-    pathTableM: pathTableSectors.jolietM,
-    rootRecord: rootRecord("joliet"),
-  }).copy(metadata, 17 * SECTOR_SIZE);
-  terminator().copy(metadata, 18 * SECTOR_SIZE);
-  pathTableBytes(trees.primary, "primary", false).copy(
-    metadata,
-    pathTableSectors.primaryL * SECTOR_SIZE,
+  place(
+    volumeDescriptor({
+      ...descriptorFields,
+      type: 1,
+      pathTableSize: pathTables.primary,
+      pathTableL: pathTableSectors.primaryL,
+      pathTableM: pathTableSectors.primaryM,
+      rootRecord: rootRecord("primary"),
+    }),
+    16 * SECTOR_SIZE,
   );
-  pathTableBytes(trees.primary, "primary", true).copy(
-    metadata,
-    pathTableSectors.primaryM * SECTOR_SIZE,
+  place(
+    volumeDescriptor({
+      ...descriptorFields,
+      type: 2,
+      pathTableSize: pathTables.joliet,
+      pathTableL: pathTableSectors.jolietL,
+      pathTableM: pathTableSectors.jolietM,
+      rootRecord: rootRecord("joliet"),
+    }),
+    17 * SECTOR_SIZE,
   );
-  pathTableBytes(trees.joliet, "joliet", false).copy(
-    metadata,
-    pathTableSectors.jolietL * SECTOR_SIZE,
-  );
-  pathTableBytes(trees.joliet, "joliet", true).copy(
-    metadata,
-    pathTableSectors.jolietM * SECTOR_SIZE,
-  );
+  place(terminator(), 18 * SECTOR_SIZE);
+  place(pathTableBytes(trees.primary, "primary", false), pathTableSectors.primaryL * SECTOR_SIZE);
+  place(pathTableBytes(trees.primary, "primary", true), pathTableSectors.primaryM * SECTOR_SIZE);
+  place(pathTableBytes(trees.joliet, "joliet", false), pathTableSectors.jolietL * SECTOR_SIZE);
+  place(pathTableBytes(trees.joliet, "joliet", true), pathTableSectors.jolietM * SECTOR_SIZE);
   for (const tree of ["primary", "joliet"] as const) {
     const plans = extentOf.get(tree)!;
     for (const plan of trees[tree]) {
@@ -231,43 +239,70 @@ export function buildIsoImage(spec: IsoImageSpec): IsoImage {
               ),
             ]
           : record.systemUse;
-        directoryRecord({
-          ...target,
-          date: timestamp,
-          isDirectory: record.target.kind === "dir",
-          identifier: record.identifier,
-          systemUse: Buffer.concat(systemUse),
-        }).copy(metadata, plan.extent * SECTOR_SIZE + record.offset);
+        place(
+          directoryRecord({
+            ...target,
+            date: timestamp,
+            isDirectory: record.target.kind === "dir",
+            identifier: record.identifier,
+            systemUse: Buffer.concat(systemUse),
+          }),
+          plan.extent * SECTOR_SIZE + record.offset,
+        );
       }
     }
   }
   for (const continuation of continuations)
-    continuation.bytes.copy(metadata, continuation.block * SECTOR_SIZE + continuation.offset);
+    place(continuation.bytes, continuation.block * SECTOR_SIZE + continuation.offset);
 
   return imageOf(metadata, files, totalSectors * SECTOR_SIZE);
 }
+
+/**
+ * The image as pieces in byte order: the system area, the metadata, then each
+ * file's content and the zeros that pad it to a whole sector. `zeros(n)` gives
+ * the padding, so each consumer decides whether it may share one buffer.
+ */
+function* piecesOf(
+  metadata: Buffer,
+  files: FileNode[],
+  zeros: (length: number) => Uint8Array,
+): Generator<Uint8Array> {
+  yield zeros(SYSTEM_AREA_BYTES);
+  yield metadata;
+  for (const file of files) {
+    if (file.content.byteLength === 0) continue;
+    yield file.content;
+    const tail = file.content.byteLength % SECTOR_SIZE;
+    if (tail !== 0) yield zeros(SECTOR_SIZE - tail);
+  }
+}
+
+const sharedZeros = (length: number): Uint8Array => SHARED_ZEROS.subarray(0, length);
 
 function imageOf(metadata: Buffer, files: FileNode[], size: number): IsoImage {
   return {
     size,
     toBuffer(): Buffer {
-      const out = Buffer.alloc(size);
-      metadata.copy(out, 0);
-      for (const file of files)
-        if (file.content.byteLength > 0) out.set(file.content, file.extent * SECTOR_SIZE);
+      // Every byte is written below (padding included), so the zero-fill of alloc() would be wasted work.
+      const out = Buffer.allocUnsafe(size);
+      let offset = 0;
+      for (const piece of piecesOf(metadata, files, sharedZeros)) {
+        out.set(piece, offset);
+        offset += piece.byteLength;
+      }
       return out;
     },
     toStream(): Readable {
+      // A stream's reader owns its chunks, so padding is fresh zeros, never the shared ones.
       function* chunks(): Generator<Buffer> {
-        yield metadata;
-        for (const file of files) {
-          if (file.content.byteLength === 0) continue;
-          yield Buffer.from(file.content.buffer, file.content.byteOffset, file.content.byteLength);
-          const tail = file.content.byteLength % SECTOR_SIZE;
-          if (tail !== 0) yield Buffer.alloc(SECTOR_SIZE - tail);
-        }
+        for (const piece of piecesOf(metadata, files, (length) => Buffer.alloc(length)))
+          yield Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength);
       }
       return Readable.from(chunks(), { objectMode: false });
+    },
+    chunks(): Iterable<Uint8Array> {
+      return piecesOf(metadata, files, sharedZeros);
     },
   };
 }

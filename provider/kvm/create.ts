@@ -15,7 +15,7 @@ import { buildNoCloudSeed } from "../nocloud";
 import { openHost, type HostSession } from "./connect";
 import { CreateAttempt } from "./create-attempt";
 import { buildDomainXml, parseDomainXml } from "./domain-xml";
-import { assertHostReady } from "./host-facts";
+import { assertHostReady, recheckAfterFailure } from "./host-facts";
 import type { LibvirtHost, VmState } from "./host";
 import { ensureBaseImage, type BaseImage } from "./image-cache";
 import { kvmResourceId, macAddressFor, overlayVolumeName, seedVolumeName } from "./naming";
@@ -47,7 +47,24 @@ export async function create(raw: Props): Promise<{ id: string; outs: Props }> {
   const session = await stepsWithin(deadline, progressLog)("connect", () =>
     openHost(inputs, deadline),
   );
-  const { pool, existing } = await surveyHost(session.host, inputs);
+  const { pool, existing, remembered } = await surveyHost(session.host, inputs);
+  try {
+    return await createOnReadyHost(session, inputs, raw, deadline, pool, existing);
+  } catch (error) {
+    // The preflight trusted facts an earlier create learnt: a host that stopped being ready says so.
+    if (!remembered) throw error;
+    throw await recheckAfterFailure(session.within(recheckDeadline()), inputs, error);
+  }
+}
+
+async function createOnReadyHost(
+  session: HostSession,
+  inputs: KvmProxyInputs,
+  raw: Props,
+  deadline: Deadline,
+  pool: StoragePoolHandle,
+  existing: DomainHandle | undefined,
+): Promise<{ id: string; outs: Props }> {
   const id = kvmResourceId(session.label, inputs.vmName);
   const record = (parts: RecordedParts, state: VmState, error: unknown): PartialCreateError =>
     new PartialCreateError(
@@ -103,12 +120,12 @@ type Recorder = (parts: RecordedParts, state: VmState, error: unknown) => Partia
 async function surveyHost(
   host: LibvirtHost,
   inputs: KvmProxyInputs,
-): Promise<{ pool: StoragePoolHandle; existing: DomainHandle | undefined }> {
+): Promise<{ pool: StoragePoolHandle; existing: DomainHandle | undefined; remembered: boolean }> {
   const existing = host.findDomain(inputs.vmName);
   // If the preflight fails, its error is the one to tell; this look-up's is dropped.
   existing.catch(() => undefined);
-  const { pool } = await assertHostReady(host, inputs);
-  return { pool, existing: await existing };
+  const { pool, remembered } = await assertHostReady(host, inputs);
+  return { pool, existing: await existing, remembered };
 }
 
 /** A retried create finds the domain it defined last time: adopt it only if the mark says it is ours. */
@@ -231,6 +248,10 @@ async function undoOrRecord(
     );
   }
 }
+
+/** Asking again why a create failed must not hold its error back long (a dead link is dialled again). */
+const recheckDeadline = (): Deadline =>
+  Deadline.afterSeconds(10, "re-checking the host after a failed create");
 
 /** Undoing a failed create is a delete: it gets the delete budget (at most a minute), not what is left of create's. */
 function cleanupDeadline(inputs: KvmProxyInputs): Deadline {

@@ -82,6 +82,14 @@ export class LibvirtHost {
     private readonly deadline: Deadline,
   ) {}
 
+  /**
+   * Stays the same object while the current link lasts (one daemon process,
+   * one login): what is learnt about the host can be remembered against it.
+   */
+  linkIdentity(): Promise<object> {
+    return this.link();
+  }
+
   /** One call on the current link, bounded by the operation's deadline. */
   private async call<Args, Ret>(procedure: Procedure<Args, Ret>, args: Args): Promise<Ret> {
     const connection = await this.link();

@@ -35,6 +35,11 @@ export interface NamedObjects {
   inactive?: string[];
   /** Known only when gathered for the doctor (create does not need it). */
   autostart?: string[];
+  /**
+   * Listed without telling active from inactive: create's bridge check, which
+   * needs only that the bridge exists (one that is down is only a warning).
+   */
+  present?: string[];
 }
 
 export interface DomainCapsSummary {
@@ -115,13 +120,17 @@ export const failures = (findings: readonly Finding[]): Finding[] =>
   findings.filter((finding) => finding.status === "fail");
 
 /** One line per failed check: input, what the host has, and the fix. */
-export function describeFailures(host: string, findings: readonly Finding[]): string {
+export function describeFailures(
+  host: string,
+  findings: readonly Finding[],
+  state = "is not ready for this VM (nothing was created)",
+): string {
   const lines = failures(findings).map(
     (f) =>
       `- ${f.input} ${JSON.stringify(f.wanted)}: ${f.hostHas}. Fix: ${f.fix.join("; ")}` +
       (f.safeFix ? " (or run `egress-proxies doctor --fix`, which does exactly this)" : ""),
   );
-  return `host ${host} is not ready for this VM (nothing was created):\n${lines.join("\n")}`;
+  return `host ${host} ${state}:\n${lines.join("\n")}`;
 }
 
 // ---- the checks ---------------------------------------------------------------------------------
@@ -346,6 +355,8 @@ function checkBridge(name: string, interfaces: Fact<NamedObjects> | undefined): 
   const base = { check: "network" as const, input, wanted: name };
   if (interfaces.value.active.includes(name))
     return { ...base, status: "ok", hostHas: "up", fix: [] };
+  if (interfaces.value.present?.includes(name))
+    return { ...base, status: "ok", hostHas: "exists (whether it is up was not asked)", fix: [] };
   if (interfaces.value.inactive?.includes(name))
     return {
       ...base,

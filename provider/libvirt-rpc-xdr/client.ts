@@ -95,6 +95,15 @@ const DEFAULT_TIMEOUT_MS = 60_000;
 /** Packets from this size on are written at once; smaller ones are batched up to it. */
 const WRITE_AT_ONCE_BYTES = 16 * 1024;
 
+type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
+
+/** The outcome of a call that is judged later, so its failure is no unhandled rejection meanwhile. */
+const settled = <T>(promise: Promise<T>): Promise<Settled<T>> =>
+  promise.then(
+    (value) => ({ ok: true, value }),
+    (error: unknown) => ({ ok: false, error }),
+  );
+
 /** A plain call waiting for its REPLY. */
 class PendingCall<Ret> implements SerialHandler {
   constructor(
@@ -145,6 +154,8 @@ export class LibvirtConnection {
   private readonly deadlines = new CallDeadlines();
   /** Plain calls whose reply has not come yet (streams not counted). */
   private callsAwaitingReply = 0;
+  /** Streams in flight: one that waits for a single answer from the daemon is owed one too. */
+  private readonly streams = new Set<UploadMachine | DownloadMachine>();
   private readonly ackNudge: AcknowledgementNudge;
   private outbox: Buffer[] = [];
   private outboxBytes = 0;
@@ -188,7 +199,7 @@ export class LibvirtConnection {
         this.flushOutbox();
         this.writeToTransport(keepalivePacket(KeepaliveProcedure.PONG));
       },
-      () => this.callsAwaitingReply > 0,
+      () => this.callsAwaitingReply > 0 || this.streamAwaitsAnswer(),
     );
     transport.on("data", this.onData);
     transport.on("error", this.onTransportError);
@@ -200,6 +211,15 @@ export class LibvirtConnection {
    * Speaks the handshake libvirt's own remote driver uses — AUTH_LIST, then
    * (if the daemon supports it) keepalive, then CONNECT_OPEN — and returns a
    * ready connection. On any failure the transport is destroyed.
+   *
+   * The three calls leave together, so a daemon that wants no authentication
+   * (root over SSH, or a socket the libvirt group may use) answers the
+   * handshake in one round trip instead of three. libvirtd runs one client's
+   * calls side by side, and on a polkit socket it is AUTH_LIST itself that
+   * lets root in: an early call may overtake it and be refused
+   * ("authentication required", an RPC error), as it is before polkit
+   * authentication. A call refused so is asked again once AUTH_LIST (and
+   * polkit) are done, one more round trip in that case only.
    */
   static async open(
     transport: Duplex,
@@ -212,23 +232,39 @@ export class LibvirtConnection {
       deadline,
       ...(options.signal ? { signal: options.signal } : {}),
     };
-    try {
-      connection.info.authTypes = await connection.authenticate(callOptions);
-      connection.info.keepalive = await connection
-        .call(
+    const askKeepalive = () =>
+      settled(
+        connection.call(
           Procedures.connectSupportsFeature,
           { feature: FEATURE_PROGRAM_KEEPALIVE },
           callOptions,
-        )
-        .catch((error: unknown) => {
-          if (error instanceof LibvirtError) return false;
-          throw error;
-        });
-      await connection.call(
-        Procedures.connectOpen,
-        { name: options.uri ?? "qemu:///system", flags: 0 },
-        callOptions,
+        ),
       );
+    const askOpen = () =>
+      settled(
+        connection.call(
+          Procedures.connectOpen,
+          { name: options.uri ?? "qemu:///system", flags: 0 },
+          callOptions,
+        ),
+      );
+    try {
+      const authList = connection.call(Procedures.authList, undefined, callOptions);
+      const early = [askKeepalive(), askOpen()] as const;
+      const { types, didAuthenticate } = await connection.authenticate(authList, callOptions);
+      connection.info.authTypes = types;
+      const refused = (outcome: Settled<unknown>): boolean =>
+        !outcome.ok &&
+        (didAuthenticate ||
+          (outcome.error instanceof LibvirtError && outcome.error.code === ErrorCode.RPC));
+      const [earlyKeepalive, earlyOpen] = await Promise.all(early);
+      const [keepalive, opened] = await Promise.all([
+        refused(earlyKeepalive) ? askKeepalive() : earlyKeepalive,
+        refused(earlyOpen) ? askOpen() : earlyOpen,
+      ]);
+      if (!keepalive.ok && !(keepalive.error instanceof LibvirtError)) throw keepalive.error;
+      connection.info.keepalive = keepalive.ok && keepalive.value;
+      if (!opened.ok) throw opened.error;
     } catch (error) {
       const reason =
         error instanceof LibvirtTimeoutError
@@ -253,19 +289,25 @@ export class LibvirtConnection {
     return connection;
   }
 
-  private async authenticate(options: CallOptions): Promise<number[]> {
+  /** What AUTH_LIST offered, and whether an authentication step ran (then the open is asked again). */
+  private async authenticate(
+    authList: Promise<number[]>,
+    options: CallOptions,
+  ): Promise<{ types: number[]; didAuthenticate: boolean }> {
     let types: number[];
     try {
-      types = await this.call(Procedures.authList, undefined, options);
+      types = await authList;
     } catch (error) {
       // A daemon too old to know AUTH_LIST needs no authentication step.
-      if (error instanceof LibvirtError && error.code === ErrorCode.NO_SUPPORT) return [];
+      if (error instanceof LibvirtError && error.code === ErrorCode.NO_SUPPORT)
+        return { types: [], didAuthenticate: false };
       throw error;
     }
-    if (types.length === 0 || types.includes(AuthType.NONE)) return types;
+    if (types.length === 0 || types.includes(AuthType.NONE))
+      return { types, didAuthenticate: false };
     if (types.includes(AuthType.POLKIT)) {
       await this.call(Procedures.authPolkit, undefined, options);
-      return types;
+      return { types, didAuthenticate: true };
     }
     throw new LibvirtError("authList", {
       code: ErrorCode.AUTH_UNAVAILABLE,
@@ -432,11 +474,36 @@ export class LibvirtConnection {
     };
     const machine = createMachine(port);
     const stop = this.armDeadline(procedure.name, options, (error) => machine.cancel(error));
-    machine.done.then(stop, stop);
+    this.streams.add(machine);
+    const forget = (): void => {
+      stop();
+      this.streams.delete(machine);
+    };
+    machine.done.then(forget, forget);
     this.core.register(serial, machine);
     if (machine.phase === "awaiting-reply")
       this.write(this.callPacket(procedure, serial, writer.finish()));
     return machine.done;
+  }
+
+  /**
+   * A stream waiting for its call's reply, or an upload waiting for the daemon
+   * to confirm its end (or abort). Traced on the lab: after the last data,
+   * sshd sent a window adjustment, then held the daemon's confirmation behind
+   * it until our delayed ACK, 40 ms later; so the nudge covers these waits
+   * too. Not while data flows: an upload writes all the time, and a download's
+   * full segments are acknowledged without help.
+   */
+  private streamAwaitsAnswer(): boolean {
+    for (const machine of this.streams) {
+      if (machine.phase === "awaiting-reply") return true;
+      if (
+        machine instanceof UploadMachine &&
+        (machine.phase === "finishing" || machine.phase === "aborting")
+      )
+        return true;
+    }
+    return false;
   }
 
   /**

@@ -78,6 +78,8 @@ export function buildNoCloudSeed(input: NoCloudSeedInput): NoCloudSeed {
     volumeId: SEED_VOLUME_LABEL,
     files: [...files].map(([path, content]) => ({ path, content })),
   });
-  const sha256 = createHash("sha256").update(image.toBuffer()).digest("hex");
-  return { image, sha256, files };
+  // Hashed piece by piece: building the whole image in one buffer only to hash it would double the work.
+  const hash = createHash("sha256");
+  for (const chunk of image.chunks()) hash.update(chunk);
+  return { image, sha256: hash.digest("hex"), files };
 }

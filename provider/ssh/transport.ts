@@ -13,6 +13,7 @@ import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { connect, type Socket } from "node:net";
 import { join } from "node:path";
+import type { Duplex } from "node:stream";
 import { Client, type ClientChannel, type ConnectConfig } from "ssh2";
 import {
   LibvirtConnection,
@@ -87,6 +88,9 @@ function loadKnownHosts(target: SshTarget): KnownHostEntry[] {
     );
   }
 }
+
+/** What each client dialSsh made logs in over: its TCP socket, or a jump host's forward (ssh2 keeps it private). */
+const transportOf = new WeakMap<Client, Duplex>();
 
 /**
  * Logs in over SSH and returns the ready ssh2 client; through the target's
@@ -306,12 +310,14 @@ function dialOneHop(given: SshHop, options: SshDialOptions, sock?: ClientChannel
       finish(new SshConnectError(`ssh to ${where}: the connection closed during login`)),
     );
     if (sock !== undefined) {
+      transportOf.set(client, sock);
       client.connect({ ...config, sock });
       return;
     }
     // We open the TCP connection ourselves so the deadline covers it and we know our end of it.
     const tcp = connect({ host: target.host, port });
     link.socket = tcp;
+    transportOf.set(client, tcp);
     tcp.setNoDelay(true);
     tcp.once("error", (error) =>
       finish(new SshConnectError(`ssh to ${where} failed: ${error.message}`, { cause: error })),
@@ -384,6 +390,47 @@ export function sealChannelData(client: Client, channel: ClientChannel): Channel
   return installChannelDataWriter(client, link.socket, channel, () => links.get(client)!.cipher);
 }
 
+/**
+ * Right after login sshd sends several things in a row: the host-key
+ * announcement (hostkeys-00), its answer to ssh2's proof request, our
+ * channel's confirmation, the libvirt handshake's replies. sshd sets
+ * TCP_NODELAY only for interactive sessions, so Nagle holds each of those
+ * segments until the one before is acknowledged, and Linux delays that
+ * acknowledgement up to 40 ms when we have nothing to send: most logins
+ * waited 40 ms for the channel, and the handshake's replies often waited
+ * behind the proof's answer (which the libvirt layer never sees, so its own
+ * AcknowledgementNudge cannot react to it). So, until the libvirt handshake
+ * is done, any data that arrives gets an SSH packet back in the next turn,
+ * which carries the acknowledgement at once.
+ * The packet is OpenSSH's no-more-sessions: it has no reply, and this link
+ * never opens a session (it only forwards libvirt's socket). A server that is
+ * not OpenSSH gets nothing (ssh2 sends it to OpenSSH only). Through a jump
+ * host the same holds for the jump host's connection to the target, which the
+ * packet crosses. Returns the stop.
+ */
+function acknowledgeWhileForwarding(client: Client): () => void {
+  const transport = transportOf.get(client);
+  if (transport === undefined) return () => undefined;
+  let next: NodeJS.Immediate | undefined;
+  const onData = (): void => {
+    next ??= setImmediate(() => {
+      next = undefined;
+      if (!transport.writable) return;
+      try {
+        // No callback: no reply asked (ssh2's types demand one; its code does not).
+        (client.openssh_noMoreSessions as () => Client).call(client);
+      } catch {
+        // The link closed meanwhile: forwardSocket reports that.
+      }
+    });
+  };
+  transport.on("data", onData);
+  return () => {
+    transport.off("data", onData);
+    if (next !== undefined) clearImmediate(next);
+  };
+}
+
 /** Ends an ssh2 client without waiting on the peer: polite end, then destroy shortly after. */
 export function releaseSshClient(client: Client): void {
   client.on("error", () => undefined);
@@ -409,6 +456,7 @@ export async function openLibvirtOverSsh(
   };
   client.on("error", (error: Error) => linkLost(`failed: ${error.message}`)());
   client.on("close", linkLost("closed"));
+  const stopAcknowledging = acknowledgeWhileForwarding(client);
   try {
     const channel = await forwardSocket(
       client,
@@ -428,5 +476,7 @@ export async function openLibvirtOverSsh(
   } catch (error) {
     releaseSshClient(client);
     throw error;
+  } finally {
+    stopAcknowledging();
   }
 }

@@ -43,7 +43,7 @@ const UPLOAD_BYTES = 512 * MIB;
 const UPLOAD_ROUNDS = 3;
 const UPLOAD_2GIB_TIMES = 4;
 const SWEEP_DOMAINS = 500;
-const SWEEP_ROUNDS = 3;
+const SWEEP_ROUNDS = 5;
 const MARK_URI = "https://egress-proxies.invalid/bench-mark/v1";
 
 function openOurs(lab: LabEnv): Promise<LibvirtConnection> {
@@ -235,7 +235,8 @@ async function benchMetadataSweep(lab: LabEnv): Promise<void> {
     // Ours: connect, list the domains once (as the reaper does), then read every element,
     // all pipelined on one link. virsh has no such shortcut: each `metadata` looks its domain up.
     // Each side runs SWEEP_ROUNDS times, alternating, and the medians are compared: one sweep of
-    // ours lasts about as long as one SSH login, so a single sample is mostly noise.
+    // ours lasts about as long as one SSH login, so a single sample is mostly noise (five, not
+    // three: on a machine shared with other work one slow login in three moved the median).
     const wanted = new Set(names);
     const sweepOurs = async (): Promise<number> => {
       let read = 0;

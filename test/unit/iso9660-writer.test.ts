@@ -50,6 +50,20 @@ describe("iso9660-writer", () => {
     assert.ok(fromStream.equals(image.toBuffer()));
   });
 
+  it("gives the same bytes through chunks(), zeros in the system area and every sector's padding", () => {
+    const files = [...seedFiles, { path: "odd", content: Buffer.alloc(2048 + 5, 0x5a) }];
+    // Leave freed, non-zero memory behind, where an unzeroed allocation could land.
+    for (let i = 0; i < 50; i++) Buffer.allocUnsafe(256 * 1024).fill(0xff);
+    const image = buildIsoImage({ volumeId: "cidata", files });
+    const buffer = image.toBuffer();
+    assert.ok(Buffer.concat([...image.chunks()]).equals(buffer));
+    assert.ok(buffer.subarray(0, 16 * 2048).equals(Buffer.alloc(16 * 2048)));
+    const odd = buffer.indexOf(Buffer.alloc(2048 + 5, 0x5a));
+    assert.ok(odd > 0 && odd % 2048 === 0);
+    const padding = buffer.subarray(odd + 2048 + 5, odd + 2 * 2048);
+    assert.ok(padding.equals(Buffer.alloc(2048 - 5)));
+  });
+
   it("writes the volume label into both descriptors", () => {
     const buffer = buildIsoImage({ volumeId: "cidata", files: seedFiles }).toBuffer();
     assert.equal(buffer.subarray(16 * 2048 + 1, 16 * 2048 + 6).toString("ascii"), "CD001");

@@ -1,4 +1,5 @@
 import { strict as assert } from "node:assert";
+import { createHash } from "node:crypto";
 import { gzipSync } from "node:zlib";
 import { PermanentError } from "../../provider/common/errors";
 import { buildMultipart, buildNoCloudSeed, sniffPayload } from "../../provider/nocloud";
@@ -12,6 +13,8 @@ describe("NoCloud seed builder", () => {
     assert.notEqual(a.sha256, c.sha256);
     assert.match(a.sha256, /^[0-9a-f]{64}$/);
     assert.equal(a.image.size, a.image.toBuffer().length);
+    // seedSha256 is an output: it must stay the sha256 of the ISO's bytes however it is computed.
+    assert.equal(a.sha256, createHash("sha256").update(a.image.toBuffer()).digest("hex"));
   });
 
   it("refuses a VM name that is not a DNS label, naming the field", () => {

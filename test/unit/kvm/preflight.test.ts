@@ -1,5 +1,11 @@
 import assert from "node:assert/strict";
-import { assertHostReady } from "../../../provider/kvm/host-facts";
+import { PermanentError } from "../../../provider/common/errors";
+import { PartialCreateError } from "../../../provider/common/partial-create";
+import {
+  assertHostReady,
+  recheckAfterFailure,
+  STABLE_FACTS_MAX_AGE_MS,
+} from "../../../provider/kvm/host-facts";
 import type { LibvirtHost } from "../../../provider/kvm/host";
 import { ListAllFlags } from "../../../provider/libvirt-rpc-xdr";
 import {
@@ -342,38 +348,60 @@ describe("preflight gathering", () => {
     activePools: string[];
     inactivePools: string[];
     activeNets: string[];
+    activeInterfaces?: string[];
+    inactiveInterfaces?: string[];
   }) {
     const asked: string[] = [];
     const handle = (name: string) => ({ name, uuid: Buffer.alloc(16, name.length) });
+    const flagName = (flags: number) =>
+      flags === ListAllFlags.ACTIVE
+        ? "active"
+        : flags === ListAllFlags.INACTIVE
+          ? "inactive"
+          : "all";
     const byFlags =
       (kind: string, active: string[], inactive: string[]) => async (flags: number) => {
-        asked.push(`${kind}:${flags === ListAllFlags.ACTIVE ? "active" : "inactive"}`);
-        return (flags === ListAllFlags.ACTIVE ? active : inactive).map(handle);
+        asked.push(`${kind}:${flagName(flags)}`);
+        const all = [...active, ...inactive];
+        return (
+          flags === ListAllFlags.ACTIVE ? active : flags === ListAllFlags.INACTIVE ? inactive : all
+        ).map(handle);
       };
+    const state = { link: {}, caps: DEBIAN_CAPS };
     const host = {
       label: "stub",
-      libVersion: async () => 9_000_000,
-      domainCapabilities: async () => DEBIAN_CAPS,
+      linkIdentity: async () => state.link,
+      libVersion: async () => {
+        asked.push("version");
+        return 9_000_000;
+      },
+      domainCapabilities: async () => {
+        asked.push("caps");
+        return state.caps;
+      },
       pools: byFlags("pools", has.activePools, has.inactivePools),
       networks: byFlags("networks", has.activeNets, []),
-      hostInterfaces: byFlags("interfaces", [], []),
+      hostInterfaces: byFlags(
+        "interfaces",
+        has.activeInterfaces ?? [],
+        has.inactiveInterfaces ?? [],
+      ),
       pool: async (name: string) => {
         asked.push(`lookup:${name}`);
         return handle(name);
       },
     };
-    return { host: host as unknown as LibvirtHost, asked };
+    return { host: host as unknown as LibvirtHost, asked, state };
   }
+  const readyHost = () =>
+    listingHost({ activePools: ["other", "default"], inactivePools: [], activeNets: ["default"] });
 
   it("on a ready host lists only active pools and networks, and hands create the pool it listed", async () => {
-    const { host, asked } = listingHost({
-      activePools: ["other", "default"],
-      inactivePools: [],
-      activeNets: ["default"],
-    });
-    const { pool } = await assertHostReady(host, WANTS);
+    const { host, asked } = readyHost();
+    const { pool, remembered } = await assertHostReady(host, WANTS);
     assert.equal(pool.name, "default");
-    assert.deepEqual(asked.sort(), ["networks:active", "pools:active"]);
+    assert.equal(remembered, false);
+    assert.deepEqual(asked.sort(), ["caps", "networks:active", "pools:active", "version"]);
   });
 
   it("asks for the inactive ones only when the wanted one is not active, and names them", async () => {
@@ -383,6 +411,108 @@ describe("preflight gathering", () => {
       activeNets: ["default"],
     });
     await assert.rejects(assertHostReady(host, WANTS), /pool "default": defined but not active/);
-    assert.deepEqual(asked.sort(), ["networks:active", "pools:active", "pools:inactive"]);
+    assert.deepEqual(asked.sort(), [
+      "caps",
+      "networks:active",
+      "pools:active",
+      "pools:inactive",
+      "version",
+    ]);
+  });
+
+  it("asks a ready host's version and capabilities once per link, pools and networks every time", async () => {
+    const { host, asked, state } = readyHost();
+    await assertHostReady(host, WANTS);
+    asked.length = 0;
+    assert.equal((await assertHostReady(host, WANTS)).remembered, true);
+    assert.deepEqual(asked.sort(), ["networks:active", "pools:active"]);
+    // Another domain type is another question.
+    asked.length = 0;
+    await assertHostReady(host, { ...WANTS, domainType: "qemu" });
+    assert.deepEqual(asked.sort(), ["caps", "networks:active", "pools:active"]);
+    // A new link (libvirtd restarted, or the old one idled out) asks again.
+    state.link = {};
+    asked.length = 0;
+    assert.equal((await assertHostReady(host, WANTS)).remembered, false);
+    assert.deepEqual(asked.sort(), ["caps", "networks:active", "pools:active", "version"]);
+  });
+
+  it("trusts remembered facts only for STABLE_FACTS_MAX_AGE_MS", async () => {
+    const { host, asked } = readyHost();
+    const realNow = Date.now;
+    try {
+      await assertHostReady(host, WANTS);
+      const later = realNow() + STABLE_FACTS_MAX_AGE_MS + 1;
+      Date.now = () => later;
+      asked.length = 0;
+      assert.equal((await assertHostReady(host, WANTS)).remembered, false);
+      assert.deepEqual(asked.sort(), ["caps", "networks:active", "pools:active", "version"]);
+    } finally {
+      Date.now = realNow;
+    }
+  });
+
+  it("does not remember what an unready host said", async () => {
+    const { host, asked, state } = readyHost();
+    state.caps = NO_OVMF_CAPS;
+    await assert.rejects(assertHostReady(host, WANTS), /no UEFI firmware/);
+    state.caps = DEBIAN_CAPS;
+    asked.length = 0;
+    await assertHostReady(host, WANTS);
+    assert.ok(asked.includes("caps"));
+  });
+
+  it("for a bridge, one listing of every interface when it exists, up or down", async () => {
+    const wants = { ...WANTS, network: { bridge: "br0" } };
+    const { host, asked } = listingHost({
+      activePools: ["default"],
+      inactivePools: [],
+      activeNets: [],
+      activeInterfaces: ["eth0"],
+      inactiveInterfaces: ["br0"],
+    });
+    await assertHostReady(host, wants);
+    assert.deepEqual(asked.sort(), ["caps", "interfaces:all", "pools:active", "version"]);
+  });
+
+  it("for a missing bridge, also asks which interfaces are up, and names them", async () => {
+    const wants = { ...WANTS, network: { bridge: "br0" } };
+    const { host } = listingHost({
+      activePools: ["default"],
+      inactivePools: [],
+      activeNets: [],
+      activeInterfaces: ["eth0"],
+      inactiveInterfaces: ["lo"],
+    });
+    await assert.rejects(
+      assertHostReady(host, wants),
+      /network.bridge "br0": no such interface \(interfaces: eth0 \(active\), lo \(inactive\)\)/,
+    );
+  });
+
+  it("after a create failed on remembered facts, names what the host no longer has", async () => {
+    const { host, state } = readyHost();
+    await assertHostReady(host, WANTS);
+    state.caps = NO_OVMF_CAPS;
+    const original = new PermanentError("libvirt: Unable to find any firmware to satisfy 'efi'");
+    const explained = (await recheckAfterFailure(host, WANTS, original)) as Error;
+    assert.ok(explained instanceof PermanentError);
+    assert.match(explained.message, /Unable to find any firmware/);
+    assert.match(
+      explained.message,
+      /host stub is no longer ready for this VM:\n- firmware "uefi": no UEFI firmware/,
+    );
+    // A recorded partial create stays one, with the same record.
+    const partial = new PartialCreateError("hosts/stub/domains/vm", { vmName: "vm" }, original);
+    const kept = await recheckAfterFailure(host, WANTS, partial);
+    assert.ok(kept instanceof PartialCreateError);
+    assert.deepEqual(kept.properties, partial.properties);
+    assert.match(kept.message, /no longer ready/);
+  });
+
+  it("after a create failed on a host that is still ready, returns the error unchanged", async () => {
+    const { host } = readyHost();
+    const original = new Error("something else");
+    assert.equal(await recheckAfterFailure(host, WANTS, original), original);
   });
 });

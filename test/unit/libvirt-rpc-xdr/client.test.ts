@@ -6,6 +6,8 @@
 import assert from "node:assert/strict";
 import { Readable, Writable } from "node:stream";
 import {
+  KEEPALIVE_PROGRAM,
+  KeepaliveProcedure,
   LibvirtError,
   LibvirtStreamEndpointError,
   LibvirtTimeoutError,
@@ -57,7 +59,7 @@ function chunkedSource(
 }
 
 describe("libvirt connection over a scripted peer", () => {
-  it("does the handshake in libvirt's order: auth list, keepalive check, open with the URI", async () => {
+  it("does the handshake in libvirt's order, in one round trip: auth list, keepalive check, open with the URI", async () => {
     const daemon = new FakeDaemon();
     const conn = await daemon.open({ uri: "test:///default" });
     assert.deepEqual(conn.info, { authTypes: [0], keepalive: true });
@@ -70,20 +72,52 @@ describe("libvirt connection over a scripted peer", () => {
     conn.destroy();
   });
 
+  it("asks again what overtook AUTH_LIST and was refused for it (libvirtd runs a client's calls side by side)", async () => {
+    const daemon = new FakeDaemon();
+    daemon.refuseCallsThatOvertakeAuthList = true;
+    const conn = await daemon.open();
+    assert.deepEqual(conn.info, { authTypes: [0], keepalive: true });
+    const calls = daemon.received
+      .filter((p) => p.header.type === MessageType.CALL)
+      .map((p) => p.header.procedure);
+    assert.deepEqual(calls, [66, 60, 1, 60, 1]);
+    conn.destroy();
+  });
+
+  it("sends the whole handshake before the first answer comes back", async () => {
+    const daemon = new FakeDaemon();
+    daemon.autoHandshake = false;
+    const opening = daemon.open();
+    const [authList, keepalive, open] = await Promise.all([
+      daemon.nextCall(66),
+      daemon.nextCall(60),
+      daemon.nextCall(1),
+    ]);
+    daemon.reply(authList, new XdrWriter().array([0], 20, (w, t) => w.int(t)).finish());
+    daemon.reply(keepalive, new XdrWriter().int(1).finish());
+    daemon.reply(open);
+    const conn = await opening;
+    assert.deepEqual(conn.info, { authTypes: [0], keepalive: true });
+    conn.destroy();
+  });
+
   it("authenticates with polkit when that is all the daemon offers, and proceeds on an old daemon", async () => {
     const polkit = new FakeDaemon();
     polkit.authTypes = [2];
-    (await polkit.open()).destroy();
+    const polkitConn = await polkit.open();
+    assert.deepEqual(polkitConn.info, { authTypes: [2], keepalive: true });
+    polkitConn.destroy();
     const calls = polkit.received
       .filter((p) => p.header.type === MessageType.CALL)
       .map((p) => p.header.procedure);
-    assert.deepEqual(calls, [66, 70, 60, 1]);
+    // The early keepalive check and open are refused before polkit, and asked again after it.
+    assert.deepEqual(calls, [66, 60, 1, 70, 60, 1]);
 
     const old = new FakeDaemon();
     old.authTypes = "unknown-procedure";
-    const conn = await old.open();
-    assert.deepEqual(conn.info.authTypes, []);
-    conn.destroy();
+    const oldConn = await old.open();
+    assert.deepEqual(oldConn.info.authTypes, []);
+    oldConn.destroy();
   });
 
   it("refuses a daemon that only offers SASL, naming what it offered", async () => {
@@ -237,6 +271,36 @@ describe("libvirt connection over a scripted peer", () => {
       assert.equal(settled, false, "waits for the daemon's OK");
       daemon.stream(call, MessageStatus.OK);
       assert.deepEqual(await upload, { bytes: 10 * 64 * 1024 });
+      conn.destroy();
+    });
+
+    it("acknowledges what arrives while it waits for the daemon to confirm its end", async () => {
+      const daemon = new FakeDaemon();
+      const conn = await daemon.open();
+      const upload = conn.upload({ vol }, chunkedSource(2));
+      const call = await daemon.nextCall(208);
+      daemon.reply(call);
+      await daemon.nextStream(call.header.serial, MessageStatus.OK);
+      await tick(50); // the nudges after our last write have run out
+      daemon.received.splice(0);
+      // Something else arrives first (over SSH: a window adjustment), and sshd holds the answer.
+      daemon.event();
+      await new Promise((resolve) => setImmediate(resolve));
+      await tick(1);
+      assert.ok(
+        daemon.received.some(
+          (p) =>
+            p.header.program === KEEPALIVE_PROGRAM &&
+            p.header.procedure === KeepaliveProcedure.PONG,
+        ),
+        "a keepalive PONG carried the acknowledgement",
+      );
+      daemon.stream(call, MessageStatus.OK);
+      await upload;
+      daemon.received.splice(0);
+      daemon.event();
+      await tick(5);
+      assert.equal(daemon.received.length, 0, "nothing owed once it is done: nothing sent");
       conn.destroy();
     });
 

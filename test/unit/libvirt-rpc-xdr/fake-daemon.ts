@@ -31,6 +31,13 @@ export class FakeDaemon {
   autoHandshake = true;
   /** What AUTH_LIST answers: a list of auth types, or "unknown procedure" like an old daemon. */
   authTypes: number[] | "unknown-procedure" = [0];
+  /** Polkit authentication has run (a daemon that asks for it refuses other calls until then). */
+  private authenticated = false;
+  /**
+   * Refuse the first keepalive check and open as libvirtd does when they overtake AUTH_LIST on a
+   * polkit socket that AUTH_LIST opens to root (it runs a client's calls side by side).
+   */
+  refuseCallsThatOvertakeAuthList = false;
 
   constructor(options: { clientHighWaterMark?: number } = {}) {
     // eslint-disable-next-line @typescript-eslint/no-this-alias
@@ -64,7 +71,22 @@ export class FakeDaemon {
           new XdrWriter().array(this.authTypes, 20, (w, t) => w.int(t)).finish(),
         );
       }
-      if (procedure === 70) return this.reply(packet, new XdrWriter().int(1).finish());
+      if (procedure === 70) {
+        this.authenticated = true;
+        return this.reply(packet, new XdrWriter().int(1).finish());
+      }
+      if ((procedure === 60 || procedure === 1) && this.refuseCallsThatOvertakeAuthList) {
+        if (procedure === 1) this.refuseCallsThatOvertakeAuthList = false;
+        return this.replyError(packet, { code: 39, domain: 7, message: "authentication required" });
+      }
+      // libvirtd's dispatcher: every call but the AUTH_* ones needs authentication first.
+      if (
+        (procedure === 60 || procedure === 1) &&
+        Array.isArray(this.authTypes) &&
+        !this.authTypes.includes(0) &&
+        !this.authenticated
+      )
+        return this.replyError(packet, { code: 39, domain: 7, message: "authentication required" });
       if (procedure === 60) return this.reply(packet, new XdrWriter().int(1).finish());
       if (procedure === 1) return this.reply(packet);
     }
