@@ -102,8 +102,18 @@ async function fillCache(options: EnsureBaseImageOptions, name: string): Promise
     break;
   }
   const volume = await downloadInto(options, name);
-  await host.refreshPool(pool);
-  const digest = await writeMarker(options, marker, volume.sha256);
+  let digest: string;
+  try {
+    await host.refreshPool(pool);
+    digest = await writeMarker(options, marker, volume.sha256);
+  } catch (error) {
+    // Without its marker the base counts as an interrupted upload (the pool may have filled just
+    // after the image's last byte): removed now, not left for the next create to find stale.
+    const cleanup = options.cleanupHost?.() ?? host;
+    await cleanup.deleteVolume(volume.handle).catch(() => undefined);
+    await cleanup.deleteVolumeNamed(pool, marker).catch(() => undefined);
+    throw error;
+  }
   options.log(`base image ${name} cached (sha256 ${digest})`);
   const description = await host.volumeDescription(volume.handle);
   return describeBase(options, { volume: volume.handle, description }, name, true);

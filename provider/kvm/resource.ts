@@ -7,6 +7,7 @@ import {
 } from "../common/resource-props";
 import * as implementation from "./provider";
 import { kvmProxyInputsSchema } from "./schema";
+import type { EgressProblem } from "../common/egress-recheck";
 
 /**
  * The provider object Pulumi serializes into state. It captures nothing but
@@ -160,12 +161,7 @@ export class KvmProxy extends pulumi.dynamic.Resource {
    * What the last egress re-check found wrong; null when it passed or none ran.
    * kind "unanswered": the proxy gave no answer; "egress": it answered without an address.
    */
-  declare readonly egressProblem: pulumi.Output<{
-    kind: "unanswered" | "egress";
-    reason: string;
-    since: string;
-    restartedAt?: string;
-  } | null>;
+  declare readonly egressProblem: pulumi.Output<EgressProblem | null>;
 
   /**
    * Adopts an existing proxy VM by id (`hosts/<host>/domains/<vmName>`, with

@@ -151,32 +151,44 @@ function forwardTcp(
   hop: string,
 ): Promise<ClientChannel> {
   const where = hostAndPort(next.host, next.port ?? 22);
+  return channelWithin(
+    timeoutMs,
+    (opened) => client.forwardOut("127.0.0.1", 0, bareHost(next.host), next.port ?? 22, opened),
+    () =>
+      new SshConnectError(
+        `${hop}: opening a connection to ${where} took longer than ${timeoutMs} ms`,
+      ),
+    (error) =>
+      new SshConnectError(
+        `${hop} cannot open a connection to ${where}: ${error.message}; check that the jump host reaches it ` +
+          "and that its sshd allows TCP forwarding (AllowTcpForwarding)",
+        { cause: error },
+      ),
+  );
+}
+
+/** A channel ssh2 opens with a callback, within a deadline; one that comes too late is closed, not leaked. */
+function channelWithin(
+  timeoutMs: number,
+  open: (opened: (error: Error | undefined, channel: ClientChannel) => void) => void,
+  late: () => Error,
+  refused: (error: Error) => Error,
+): Promise<ClientChannel> {
   return new Promise<ClientChannel>((resolve, reject) => {
     let settled = false;
     const timer = setTimeout(() => {
       settled = true;
-      reject(
-        new SshConnectError(
-          `${hop}: opening a connection to ${where} took longer than ${timeoutMs} ms`,
-        ),
-      );
+      reject(late());
     }, timeoutMs);
     timer.unref();
-    client.forwardOut("127.0.0.1", 0, bareHost(next.host), next.port ?? 22, (error, channel) => {
+    open((error, channel) => {
       clearTimeout(timer);
       if (settled) {
         channel?.destroy();
         return;
       }
       settled = true;
-      if (error)
-        reject(
-          new SshConnectError(
-            `${hop} cannot open a connection to ${where}: ${error.message}; check that the jump host reaches it ` +
-              "and that its sshd allows TCP forwarding (AllowTcpForwarding)",
-            { cause: error },
-          ),
-        );
+      if (error) reject(refused(error));
       else resolve(channel);
     });
   });
@@ -344,39 +356,22 @@ function forwardSocket(
   timeoutMs: number,
   where: string,
 ): Promise<ClientChannel> {
-  return new Promise<ClientChannel>((resolve, reject) => {
-    let settled = false;
-    const timer = setTimeout(() => {
-      settled = true;
-      reject(
-        new SshConnectError(
-          `ssh ${where}: forwarding ${socketPath} took longer than ${timeoutMs} ms`,
-        ),
-      );
-    }, timeoutMs);
-    timer.unref();
-    client.openssh_forwardOutStreamLocal(socketPath, (error, channel) => {
-      clearTimeout(timer);
-      if (settled) {
-        channel?.destroy();
-        return;
-      }
-      settled = true;
-      if (error) {
-        reject(
-          new SshConnectError(
-            `ssh ${where}: cannot forward ${socketPath}: ${error.message}; ` +
-              "is libvirtd running there, is the SSH user allowed to use the socket (root, or in the libvirt group: " +
-              "usermod -aG libvirt <user>, effective from the next login), and does its sshd allow socket forwarding " +
-              "(AllowStreamLocalForwarding yes, and AllowTcpForwarding not no or remote: it gates socket forwards too)?",
-            { cause: error },
-          ),
-        );
-      } else {
-        resolve(channel);
-      }
-    });
-  });
+  return channelWithin(
+    timeoutMs,
+    (opened) => client.openssh_forwardOutStreamLocal(socketPath, opened),
+    () =>
+      new SshConnectError(
+        `ssh ${where}: forwarding ${socketPath} took longer than ${timeoutMs} ms`,
+      ),
+    (error) =>
+      new SshConnectError(
+        `ssh ${where}: cannot forward ${socketPath}: ${error.message}; ` +
+          "is libvirtd running there, is the SSH user allowed to use the socket (root, or in the libvirt group: " +
+          "usermod -aG libvirt <user>, effective from the next login), and does its sshd allow socket forwarding " +
+          "(AllowStreamLocalForwarding yes, and AllowTcpForwarding not no or remote: it gates socket forwards too)?",
+        { cause: error },
+      ),
+  );
 }
 
 /**

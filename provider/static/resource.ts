@@ -7,6 +7,7 @@ import {
 } from "../common/resource-props";
 import * as implementation from "./provider";
 import { staticProxyInputsSchema } from "./schema";
+import type { EgressProblem } from "../common/egress-recheck";
 
 /**
  * FROZEN: state stores a closure that requires dist/provider/static/provider.js and calls
@@ -75,12 +76,7 @@ export class StaticProxy extends pulumi.dynamic.Resource {
    * What the last egress re-check found wrong; null when it passed or none ran.
    * kind "unanswered": the proxy gave no answer; "egress": it answered without an address.
    */
-  declare readonly egressProblem: pulumi.Output<{
-    kind: "unanswered" | "egress";
-    reason: string;
-    since: string;
-    restartedAt?: string;
-  } | null>;
+  declare readonly egressProblem: pulumi.Output<EgressProblem | null>;
 
   /** Takes an existing proxy into the stack by id (`proxies/<host>:<port>`); give its `url` in args. */
   static get(
