@@ -40,6 +40,23 @@ async function repeatedFile(file: string, times: number): Promise<ReadIntoSource
   };
 }
 
+/**
+ * This process's own peak RSS. Not resourceUsage().maxRSS: Linux carries the
+ * parent's high-water mark into a child across fork and exec (the signal's
+ * maxrss), so a bench parent holding 125 MB made every child "peak" at 125 MB
+ * whatever the upload used. VmHWM belongs to the address space exec made.
+ */
+function ownPeakRssMb(): number {
+  try {
+    const match = /^VmHWM:\s+(\d+) kB$/m.exec(readFileSync("/proc/self/status", "utf8"));
+    if (match) return Number(match[1]) / 1024;
+  } catch {
+    // not Linux: the rusage figure, which may include the parent's
+  }
+  // resourceUsage().maxRSS is in KiB.
+  return process.resourceUsage().maxRSS / 1024;
+}
+
 async function main(): Promise<void> {
   const [envFile, file, volumeName, timesArg] = process.argv.slice(2);
   if (!envFile || !file || !volumeName)
@@ -63,12 +80,11 @@ async function main(): Promise<void> {
   const ms = performance.now() - started;
   const cpu = process.cpuUsage(cpuBefore);
   await conn.close();
-  // resourceUsage().maxRSS is in KiB.
   console.log(
     JSON.stringify({
       ms,
       cpuMs: (cpu.user + cpu.system) / 1000,
-      maxRssMb: process.resourceUsage().maxRSS / 1024,
+      maxRssMb: ownPeakRssMb(),
       loadedRssMb,
       ssh: ssh && { cipher: ssh.cipher, mac: ssh.mac, nativeBinding: ssh.nativeBinding },
       // Who sealed the channel's data packets: "ours" (channel-data.ts) or "ssh2" (all of them).
