@@ -126,14 +126,17 @@ async function deleteDomainEntry(
       `domain ${item.name} is planned for another stack than its mark's; left alone`,
     );
   const [firstPool, ...otherPools] = config.pools;
+  // Key and known_hosts files read once: the id's label and the props come from the same target.
+  const target = kvmDialTargetOf(config);
   const props = {
-    ...kvmTargetOf(config),
+    socketPath: target.socketPath,
+    ...(target.connection === undefined ? {} : { connection: target.connection }),
     pool: firstPool,
     owner: mark.owner,
     createdAt: mark.createdAt,
     timeouts: { deleteSeconds: DELETE_BUDGET_MS / 1000 },
   };
-  const id = kvmResourceIdOf(kvmDialTargetOf(config), item.name);
+  const id = kvmResourceIdOf(target, item.name);
   const outcome = await removeKvmProxy(id, props);
   let removed = outcome === "removed";
   for (const pool of otherPools) {
