@@ -82,8 +82,10 @@ describe("ssh: a host that refuses the credentials is asked once", function () {
 
   function assertRefusal(error: Error, what: string): void {
     assert.equal(errorClassOf(error), "Permanent", `${what}: ${error.name}: ${error.message}`);
-    assert.match(error.message, /accepted none of the offered credentials/, what);
-    assert.match(error.message, /authorized_keys/, what);
+    // The message in the failure: this check failed once under CI load with a message not yet seen.
+    const said = `${what}: ${error.name}: ${error.message.replace(/PRIVATE KEY/g, "P*")}`;
+    assert.match(error.message, /accepted none of the offered credentials/, said);
+    assert.match(error.message, /authorized_keys/, said);
     assert.ok(!error.message.includes("PRIVATE KEY"), what);
   }
 
