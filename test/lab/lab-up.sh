@@ -197,4 +197,8 @@ cat >"$LAB/env.json" <<EOF
 }
 EOF
 $V list --all >/dev/null
+# This machine's leg on the bridge now rather than when the first suite asks for it: from here on the
+# lab's /24 is routed in this namespace, so no picker of the same run (another lab, a test's claim)
+# can take it while the lab suites start.
+LAB_NETNS=$NS LAB_DIR=$LAB bash "$(dirname "${BASH_SOURCE[0]}")/host-link.sh"
 log "up. pids: $(tr '\n' ' ' <"$PIDS")"

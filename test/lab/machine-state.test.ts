@@ -16,6 +16,29 @@ const REPO = resolve(__dirname, "..", "..", "..");
 const MACHINE_STATE = join(REPO, "test", "machine-state.sh");
 const FREE_SUBNET = join(REPO, "test", "lab", "free-subnet.py");
 
+/**
+ * These tests claim ranges with routes of their own while other suites run. The regular lab routes its
+ * /24 into this namespace only once a suite links to it (host-link.sh), so until then the picker sees
+ * that /24 as free, and a claim on it would make the link refuse (as it must: the range is routed
+ * elsewhere). So the claims come from the far end of the picker's list, which a lab reaches only when
+ * forty ranges before it are taken, and never from a /24 a lab of this run has written down.
+ */
+const FAR_CANDIDATES = ["192.168.254", "192.168.253", "172.31.248", "172.31.217"];
+function labSubnetsOfThisRun(): string[] {
+  return ["/tmp/egress-lab", "/tmp/egress-stock-lab", "/tmp/egress-reboot-host"].flatMap((dir) => {
+    try {
+      return [`${readFileSync(join(dir, "subnet"), "utf8").trim()}.0/24`];
+    } catch {
+      return []; // that lab is not up
+    }
+  });
+}
+function pickFar(): string {
+  const args = ["--candidates", FAR_CANDIDATES.join(" ")];
+  for (const cidr of labSubnetsOfThisRun()) args.push("--exclude", cidr);
+  return sh("/usr/bin/python3", FREE_SUBNET, ...args).trim();
+}
+
 function sh(command: string, ...args: string[]): string {
   return execFileSync(command, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
 }
@@ -49,16 +72,20 @@ describe("the test command's before/after check (test-needs: root)", function ()
     const server = createServer();
     await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
     const port = (server.address() as AddressInfo).port;
+    const claimed = `${pickFar()}.77`;
     try {
       sh("ip", "link", "add", leak, "type", "veth", "peer", "name", `${leak}p`);
-      sh("ip", "route", "add", "blackhole", "198.51.100.77/32");
+      sh("ip", "route", "add", "blackhole", `${claimed}/32`);
       sh("ip", "netns", "add", leak);
       writeFileSync(tmpFile, "left behind\n");
       const during = snapshot("during");
       const result = diff(before, during);
       assert.equal(result.status, 1, "a difference fails the check");
       assert.match(result.output, new RegExp(`\\+ link ${leak} `));
-      assert.match(result.output, /\+ route4 blackhole 198\.51\.100\.77/);
+      assert.ok(
+        result.output.includes(`+ route4 blackhole ${claimed}`),
+        `the route to ${claimed} is reported:\n${result.output}`,
+      );
       assert.match(result.output, new RegExp(`\\+ netns ${leak}$`, "m"));
       assert.match(result.output, new RegExp(`\\+ listen tcp 127\\.0\\.0\\.1:${port}$`, "m"));
       assert.match(result.output, new RegExp(`\\+ file ${tmpFile} f`));
@@ -67,13 +94,14 @@ describe("the test command's before/after check (test-needs: root)", function ()
       rmSync(tmpFile, { force: true });
       execFileSync("bash", [
         "-c",
-        `ip link del "$0"; ip route del blackhole 198.51.100.77/32; ip netns del "$0"; true`,
+        `ip link del "$0"; ip route del blackhole "$1/32"; ip netns del "$0"; true`,
         leak,
+        claimed,
       ]);
     }
     // Other suites of the run may come and go meanwhile: only this test's leaks are looked for.
     const result = diff(before, snapshot("after"));
-    for (const gone of [leak, "198.51.100.77", `127.0.0.1:${port}`, tmpFile])
+    for (const gone of [leak, `blackhole ${claimed}`, `127.0.0.1:${port}`, tmpFile])
       assert.ok(!result.output.includes(gone), `${gone} is still reported:\n${result.output}`);
   });
 });
@@ -82,11 +110,11 @@ describe("the labs' address picker (test-needs: root)", () => {
   const pick = (...args: string[]) => sh("/usr/bin/python3", FREE_SUBNET, ...args).trim();
 
   it("skips a range this machine already routes, and leaves that route alone", () => {
-    const usual = pick();
+    const usual = pickFar();
     assert.match(usual, /^\d+\.\d+\.\d+$/);
     sh("ip", "route", "add", "blackhole", `${usual}.0/24`);
     try {
-      const picked = pick();
+      const picked = pickFar();
       assert.notEqual(picked, usual, `${usual}.0/24 is routed now and must not be taken`);
       assert.match(sh("ip", "-4", "route", "show", `${usual}.0/24`), /blackhole/);
     } finally {
