@@ -50,28 +50,52 @@ const valueAt = (inputs: Record<string, unknown>, path: string): unknown =>
       inputs,
     );
 
-/** The table's paths whose values differ (an unknown value counts as different). */
+/**
+ * Whether `olds` is the state `.get` adopted rather than one create wrote.
+ * Every create of both backends records `seedSha256` (a partial create too,
+ * as ""), since their first release; a read that adopts has none to report.
+ */
+export function isAdoptedState(olds: Record<string, unknown>): boolean {
+  return typeof olds.seedSha256 !== "string";
+}
+
+/**
+ * The table's paths whose values differ (an unknown value counts as different).
+ *
+ * The adoption rule: in a state `.get` adopted, a path without a value is one
+ * neither the host nor the VM's mark could report (userData, a token, an
+ * image URL, anything a mark written before creation fields existed does not
+ * hold), so it does not count as a change: the program's value is taken on
+ * trust. A state create wrote always holds every input it was given, so there
+ * a missing value is a real one ("unset") and compares as usual.
+ */
 function changedPaths(
   table: ChangeTable,
   olds: Record<string, unknown>,
   news: Record<string, unknown>,
+  adopted = false,
 ): string[] {
   return Object.keys(table).filter((path) => {
+    const before = valueAt(olds, path);
+    if (adopted && (before === undefined || before === null)) return false;
     const after = valueAt(news, path);
-    return containsUnknown(after) || !sameValue(valueAt(olds, path), after);
+    return containsUnknown(after) || !sameValue(before, after);
   });
 }
 
 /**
  * `olds` are the previous outputs (which carry the checked inputs), `news`
- * the checked new inputs, possibly with unknown values.
+ * the checked new inputs, possibly with unknown values. `adoptable`: the
+ * backend's `.get` adopts VMs, so the adoption rule (changedPaths) applies
+ * to a state it adopted.
  */
 export function decideDiff(
   table: ChangeTable,
   olds: Record<string, unknown>,
   news: Record<string, unknown>,
+  adoptable = false,
 ): DiffDecision {
-  const changed = changedPaths(table, olds, news);
+  const changed = changedPaths(table, olds, news, adoptable && isAdoptedState(olds));
   // New provider code must reach state even when no input changed.
   const providerChanged = olds.__provider !== undefined && news.__provider !== olds.__provider;
   const replaces = changed.filter((path) => table[path] === "replace");

@@ -22,6 +22,15 @@ export interface OwnershipMark {
   /** ISO 8601, UTC, millisecond precision, as `Date#toISOString` writes it (MARK_TIME_EXAMPLE). */
   createdAt: string;
   packageVersion: string;
+  /**
+   * The creating arguments the host cannot report (a Proxmox VM does not say
+   * which template it was cloned from), as flat strings, so `.get` can report
+   * them and adoption compares equal (docs/proxmox.md 6a, docs/kvm.md
+   * "Adopting a VM"). Written after the frozen fields; absent in marks written
+   * before 0.x of issue 20, which still parse. Never a secret: it is
+   * plaintext on the host.
+   */
+  creation?: Readonly<Record<string, string>>;
 }
 
 export type MarkReading =
@@ -45,12 +54,35 @@ const TEXT_HEADER = "[egress-proxies]";
 const FIELD_ORDER = ["managed", "project", "stack", "resource", "createdAt", "version"] as const;
 type MarkField = (typeof FIELD_ORDER)[number];
 
-export function createMark(owner: OwnerIdentity, now: Date = new Date()): OwnershipMark {
-  return { managed: true, owner: { ...owner }, createdAt: now.toISOString(), packageVersion };
+/** A creation field's name: letters only (the text form's parser reads `[A-Za-z]+=`), never a frozen field's. */
+const CREATION_FIELD = /^[A-Za-z]+$/;
+const isCreationField = (key: string): boolean =>
+  CREATION_FIELD.test(key) && !(FIELD_ORDER as readonly string[]).includes(key);
+
+export function createMark(
+  owner: OwnerIdentity,
+  now: Date = new Date(),
+  creation?: Readonly<Record<string, string>>,
+): OwnershipMark {
+  const mark: OwnershipMark = {
+    managed: true,
+    owner: { ...owner },
+    createdAt: now.toISOString(),
+    packageVersion,
+  };
+  if (creation === undefined) return mark;
+  for (const key of Object.keys(creation))
+    if (!isCreationField(key)) throw new Error(`mark creation field ${JSON.stringify(key)}`);
+  return { ...mark, creation: { ...creation } };
 }
 
-/** Flat string fields: XML attributes for libvirt, `key=value` lines for Proxmox. */
-export function markToFields(mark: OwnershipMark): Record<MarkField, string> {
+/**
+ * Flat string fields: XML attributes for libvirt, `key=value` lines for
+ * Proxmox. The frozen fields first, in FIELD_ORDER, then the creation fields.
+ */
+export function markToFields(
+  mark: OwnershipMark,
+): Record<MarkField, string> & Record<string, string> {
   return {
     managed: "true",
     project: mark.owner.project,
@@ -58,7 +90,15 @@ export function markToFields(mark: OwnershipMark): Record<MarkField, string> {
     resource: mark.owner.resource,
     createdAt: mark.createdAt,
     version: mark.packageVersion,
+    ...creationFields(mark),
   };
+}
+
+/** The creation fields a mark carries, frozen names left out (they cannot be overwritten). */
+function creationFields(mark: OwnershipMark): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(mark.creation ?? {}).filter(([key]) => isCreationField(key)),
+  );
 }
 
 export function markFromFields(fields: Partial<Record<string, string>>): MarkReading {
@@ -73,14 +113,19 @@ export function markFromFields(fields: Partial<Record<string, string>>): MarkRea
       kind: "corrupt",
       reason: `createdAt ${JSON.stringify(fields.createdAt)} is not a date`,
     };
+  const mark: OwnershipMark = {
+    managed: true,
+    owner: { project: fields.project!, stack: fields.stack!, resource: fields.resource! },
+    createdAt: fields.createdAt!,
+    packageVersion: fields.version ?? "unknown",
+  };
+  // Every other field is a creation field; a mark from before they existed has none.
+  const creation = Object.entries(fields).filter(
+    (entry): entry is [string, string] => isCreationField(entry[0]) && typeof entry[1] === "string",
+  );
   return {
     kind: "marked",
-    mark: {
-      managed: true,
-      owner: { project: fields.project!, stack: fields.stack!, resource: fields.resource! },
-      createdAt: fields.createdAt!,
-      packageVersion: fields.version ?? "unknown",
-    },
+    mark: creation.length === 0 ? mark : { ...mark, creation: Object.fromEntries(creation) },
   };
 }
 
@@ -89,10 +134,11 @@ export function markFromFields(fields: Partial<Record<string, string>>): MarkRea
  * so a resource name with newlines or '=' cannot forge or break a field.
  */
 export function markToText(mark: OwnershipMark): string {
-  const fields = markToFields(mark);
   return [
     TEXT_HEADER,
-    ...FIELD_ORDER.map((key) => `${key}=${encodeURIComponent(fields[key])}`),
+    ...Object.entries(markToFields(mark)).map(
+      ([key, value]) => `${key}=${encodeURIComponent(value)}`,
+    ),
   ].join("\n");
 }
 

@@ -14,6 +14,7 @@ import type { DomainHandle, StoragePoolHandle, StorageVolHandle } from "../libvi
 import { buildNoCloudSeed } from "../nocloud";
 import { openHost, type HostSession } from "./connect";
 import { CreateAttempt } from "./create-attempt";
+import { creationOf } from "./adoption";
 import { buildDomainXml, parseDomainXml } from "./domain-xml";
 import { assertHostReady, recheckAfterFailure } from "./host-facts";
 import type { LibvirtHost, VmState } from "./host";
@@ -178,7 +179,8 @@ async function buildAndDefine(
       freshSeedVolume(host, attempt, inputs.vmName, seed.image.size),
     ] as const);
     await host.upload(seedVolume, seed.image.toStream(), seed.image.size);
-    const mark = createMark(inputs.owner);
+    // The creating arguments libvirt cannot report, for `.get` (adoption.ts).
+    const mark = createMark(inputs.owner, new Date(), creationOf(inputs));
     const xml = buildDomainXml({
       name: inputs.vmName,
       domainType: inputs.domainType,

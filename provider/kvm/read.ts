@@ -16,6 +16,7 @@ import { parseDomainXml, type DomainDescription } from "./domain-xml";
 import type { LibvirtHost, VmState } from "./host";
 import { kvmResourceId, legacyHostLabel, macAddressFor, parseKvmResourceId } from "./naming";
 import { observedInputs } from "./observed";
+import { adoptedCreation } from "./adoption";
 import {
   HostTarget,
   OUTPUT_KEYS,
@@ -89,6 +90,8 @@ async function readWithin(
       autostart,
       state,
     }),
+    // Adopting: what the host cannot report comes from the mark (adoption.ts), when it says.
+    ...(adopting ? adoptedCreation(mark) : {}),
     ...outputsOnly(props, OUTPUT_KEYS),
     host: session.label,
     state,

@@ -46,6 +46,7 @@ import {
   waitUntilUnlocked,
 } from "./vm";
 import { vmidCandidates } from "./vmid";
+import { creationOf } from "./adoption";
 import {
   Props,
   bothSettled,
@@ -161,7 +162,8 @@ async function ensureVm(
       await waitUntilUnlocked(client, choice.ref, deadline).catch(ignoreNotFound);
       continue;
     }
-    const mark = createMark(spec.owner);
+    // The creating arguments PVE cannot report, for `.get` (adoption.ts).
+    const mark = createMark(spec.owner, new Date(), creationOf(spec));
     try {
       progress(spec.vmName, `cloning template ${spec.templateVmid} into VMID ${choice.ref.vmid}`);
       const upid = await startClone(

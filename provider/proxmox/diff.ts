@@ -42,11 +42,13 @@ export const PROXMOX_CHANGE_TABLE: ChangeTableOf<ProxmoxProxyInputs> = {
 
 /**
  * Pure and offline. `olds` are the previous outputs (which carry the checked
- * inputs), `news` the checked new inputs, possibly with unknown values.
+ * inputs), `news` the checked new inputs, possibly with unknown values. A
+ * state `ProxmoxProxy.get` adopted compares only what it holds (the adoption
+ * rule in common/diff.ts; docs/proxmox.md 6a).
  */
 export function decideProxmoxDiff(
   olds: Record<string, unknown>,
   news: Record<string, unknown>,
 ): DiffDecision {
-  return decideDiff(PROXMOX_CHANGE_TABLE, olds, news);
+  return decideDiff(PROXMOX_CHANGE_TABLE, olds, news, true);
 }

@@ -18,10 +18,15 @@ const DEFAULT_MEMORY_MIB = 512;
  * The previous inputs with what the VM's config says: name, cores, memory,
  * tags, and net0's bridge and VLAN tag and the boot disk's size. The last
  * three are optional inputs ("as cloned" when unset): they are reported when
- * the inputs set them, or when adopting (nothing to compare with yet);
- * otherwise the template's own bridge or size would read as drift forever.
+ * the inputs set them, or, adopting, when the mark says the creating program
+ * set them (`asClonedSet`, adoption.ts); otherwise the template's own bridge
+ * or size would read as drift forever.
  */
-export function observedInputs(previous: Props, config: VmConfig, adopting: boolean): Props {
+export function observedInputs(
+  previous: Props,
+  config: VmConfig,
+  asClonedSet: ReadonlySet<string> = new Set(),
+): Props {
   const observed: Props = {
     ...previous,
     vmName: config.name ?? previous.vmName,
@@ -33,7 +38,7 @@ export function observedInputs(previous: Props, config: VmConfig, adopting: bool
     // PVE's default for a config without onboot is off.
     startOnBoot: config.onboot !== undefined && /^1$/.test(config.onboot.trim()),
   };
-  const reports = (key: string) => adopting || previous[key] !== undefined;
+  const reports = (key: string) => asClonedSet.has(key) || previous[key] !== undefined;
   const net0 = config.net0 === undefined ? undefined : parseNetDevice(config.net0);
   const options = new Map(net0?.options ?? []);
   if (reports("bridge")) setOrDelete(observed, "bridge", options.get("bridge"));

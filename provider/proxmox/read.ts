@@ -14,6 +14,7 @@ import { seedVolumeId } from "./seed";
 import { macOf, markOfConfig } from "./vm-config";
 import { agentAddress, getConfig, getStatus, VmRef, VmStatus } from "./vm";
 import { observedInputs } from "./observed";
+import { adoptedCreation } from "./adoption";
 import {
   Props,
   clientFor,
@@ -74,8 +75,11 @@ export async function read(
   const serving = stateOf(status) === "running";
   const recheck = await recheckOnRead(recheckInputs, { serving, address: ip }, props, deadline);
   const rotation = rotationDue(recheckInputs, mark.createdAt, recheck.finding);
+  // Adopting: what the host cannot report comes from the mark (adoption.ts), when it says.
+  const creation = adopting ? adoptedCreation(mark) : undefined;
   const outputs: Props = {
-    ...observedInputs(props, config, adopting),
+    ...observedInputs(props, config, creation?.asClonedSet),
+    ...creation?.inputs,
     // Paused counts as running: reported, never started or killed (rule 6).
     running: status.status === "running",
     node: ref.node,
