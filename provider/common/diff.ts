@@ -51,12 +51,14 @@ const valueAt = (inputs: Record<string, unknown>, path: string): unknown =>
     );
 
 /**
- * Whether `olds` is the state `.get` adopted rather than one create wrote.
- * Every create of both backends records `seedSha256` (a partial create too,
- * as ""), since their first release; a read that adopts has none to report.
+ * FROZEN state key: read sets it on the props and inputs of a VM that `.get`
+ * adopted (neither holds what the VM was created with), never create or update.
  */
+export const ADOPTED_KEY = "adopted";
+
+/** Whether `olds` (outputs, or the inputs Check gets) is a state `.get` adopted rather than one create wrote. */
 export function isAdoptedState(olds: Record<string, unknown>): boolean {
-  return typeof olds.seedSha256 !== "string";
+  return olds[ADOPTED_KEY] === true;
 }
 
 /**
@@ -66,15 +68,17 @@ export function isAdoptedState(olds: Record<string, unknown>): boolean {
  * neither the host nor the VM's mark could report (userData, a token, an
  * image URL, anything a mark written before creation fields existed does not
  * hold), so it does not count as a change: the program's value is taken on
- * trust. A state create wrote always holds every input it was given, so there
- * a missing value is a real one ("unset") and compares as usual.
+ * trust. A state create wrote holds every input it was given, so there a
+ * missing value is a real one ("unset") and compares as usual. The same
+ * rule holds in check (vmNameAfterReplacement), whose olds are the inputs
+ * read returned.
  */
 function changedPaths(
   table: ChangeTable,
   olds: Record<string, unknown>,
   news: Record<string, unknown>,
-  adopted = false,
 ): string[] {
+  const adopted = isAdoptedState(olds);
   return Object.keys(table).filter((path) => {
     const before = valueAt(olds, path);
     if (adopted && (before === undefined || before === null)) return false;
@@ -85,17 +89,15 @@ function changedPaths(
 
 /**
  * `olds` are the previous outputs (which carry the checked inputs), `news`
- * the checked new inputs, possibly with unknown values. `adoptable`: the
- * backend's `.get` adopts VMs, so the adoption rule (changedPaths) applies
- * to a state it adopted.
+ * the checked new inputs, possibly with unknown values. A state `.get`
+ * adopted compares only what it holds (the adoption rule, changedPaths).
  */
 export function decideDiff(
   table: ChangeTable,
   olds: Record<string, unknown>,
   news: Record<string, unknown>,
-  adoptable = false,
 ): DiffDecision {
-  const changed = changedPaths(table, olds, news, adoptable && isAdoptedState(olds));
+  const changed = changedPaths(table, olds, news);
   // New provider code must reach state even when no input changed.
   const providerChanged = olds.__provider !== undefined && news.__provider !== olds.__provider;
   const replaces = changed.filter((path) => table[path] === "replace");

@@ -51,7 +51,7 @@ export async function diff(
 ): Promise<pulumi.dynamic.DiffResult> {
   // A repair replacement (common/replacement.ts) outranks an in-place egress heal.
   const decision = withRepairReplacement(
-    withEgressHeal(decideDiff(KVM_CHANGE_TABLE, olds, news, true), olds, news),
+    withEgressHeal(decideDiff(KVM_CHANGE_TABLE, olds, news), olds, news),
     olds,
   );
   return {

@@ -2,6 +2,7 @@
 import type * as pulumi from "@pulumi/pulumi";
 import { Deadline } from "../common/deadline";
 import { plainJson as plain } from "../common/check";
+import { ADOPTED_KEY } from "../common/diff";
 import { PermanentError } from "../common/errors";
 import { deadlineFor, inputsOnly, outputsOnly, stepsWithin } from "../common/lifecycle";
 import { isIncompleteCreate } from "../common/partial-create";
@@ -91,7 +92,7 @@ async function readWithin(
       state,
     }),
     // Adopting: what the host cannot report comes from the mark (adoption.ts), when it says.
-    ...(adopting ? adoptedCreation(mark) : {}),
+    ...(adopting ? { ...adoptedCreation(mark), [ADOPTED_KEY]: true } : {}),
     ...outputsOnly(props, OUTPUT_KEYS),
     host: session.label,
     state,

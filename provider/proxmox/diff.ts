@@ -50,5 +50,5 @@ export function decideProxmoxDiff(
   olds: Record<string, unknown>,
   news: Record<string, unknown>,
 ): DiffDecision {
-  return decideDiff(PROXMOX_CHANGE_TABLE, olds, news, true);
+  return decideDiff(PROXMOX_CHANGE_TABLE, olds, news);
 }

@@ -1,5 +1,6 @@
 /** ProxmoxProxy read: the VM as PVE reports it, drift, damage, and adoption by `.get`. Facts (Fn) and rules: docs/proxmox.md. */
 import { plainJson as plain } from "../common/check";
+import { ADOPTED_KEY, isAdoptedState } from "../common/diff";
 import { PermanentError } from "../common/errors";
 import { ownershipOf, OwnerIdentity, OwnershipMark } from "../common/mark";
 import { deadlineFor } from "../common/lifecycle";
@@ -80,6 +81,7 @@ export async function read(
   const outputs: Props = {
     ...observedInputs(props, config, creation?.asClonedSet),
     ...creation?.inputs,
+    ...(adopting ? { [ADOPTED_KEY]: true } : {}),
     // Paused counts as running: reported, never started or killed (rule 6).
     running: status.status === "running",
     node: ref.node,
@@ -98,8 +100,15 @@ export async function read(
   return {
     id,
     props: plain(withReplacementReason(outputs, reason)),
-    inputs: withReplacementReason(inputsOf(outputs), reason),
+    inputs: withReplacementReason(adoptedInputsOf(outputs), reason),
   };
+}
+
+/** The inputs of read's props; an adopted state says so in its inputs too (Check's olds; common/diff.ts). */
+function adoptedInputsOf(outputs: Props): Props {
+  return isAdoptedState(outputs)
+    ? { ...inputsOf(outputs), [ADOPTED_KEY]: true }
+    : inputsOf(outputs);
 }
 
 /**

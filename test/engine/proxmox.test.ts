@@ -278,6 +278,97 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     assert.equal(sim.vms.has(Number(created.properties.vmid)), false);
   });
 
+  /**
+   * Adopt, then declare. What the engine does (pulumi/pulumi
+   * pkg/resource/deploy/step_generator.go, checked at 1b59498): `.get` is a
+   * ReadStep, stored External with the `.get` arguments as inputs (read's
+   * returned inputs are not kept). A later `new` under the same URN finds that
+   * External state (`wasExternal`): Check is sent with no olds, no Diff is
+   * sent, and the plan is a create-replacement plus a discard of the read
+   * record (DeleteStep on an External resource calls no provider). So create
+   * is what adopts: it finds the VM by vmName and our mark (docs/proxmox.md, rule 2) and
+   * clones nothing; the program must name the VM (a generated name cannot be
+   * kept without olds). The `import` option would Read(id) and then Check
+   * with olds = read's inputs and Diff against read's outputs, which is the
+   * contract below; the Node dynamic-provider server cannot serve that Read
+   * (no inputs, so no `__provider`), but `.get`'s outputs hold it anyway.
+   */
+  it("adopt then declare: .get's state diffs clean against the creating program, and the engine's create of it adopts the same VM", async () => {
+    const server = await fixture.startServer();
+    await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
+    const args = programArgs({ bridge: "vmbr0", diskGiB: 3 });
+    const made = captureResourceInputs(fixture.project, "ProxmoxProxy", "edge-own", args);
+    const checked = await server.check(made.urn, {}, made.inputs);
+    const created = await server.create(made.urn, checked.inputs);
+    const vmid = Number(created.properties.vmid);
+    try {
+      // ProxmoxProxy.get("edge-own", id, { apiEndpoint, caCertPem, node }) in the program that made it.
+      const getArgs = { apiEndpoint: sim.endpoint, caCertPem: sim.caCertPem, node: "pve" };
+      const got = captureResourceInputs(
+        fixture.project,
+        "ProxmoxProxy",
+        "edge-own",
+        getArgs,
+        undefined,
+        created.id,
+      );
+      // The same resource declared again with the arguments that made it.
+      const declared = captureResourceInputs(fixture.project, "ProxmoxProxy", "edge-own", args);
+      // Both ways an engine sends a Get: its inputs as the state too, or the inputs alone.
+      for (const properties of [got.inputs, {}]) {
+        const read = await server.read(got.urn, created.id, properties, got.inputs);
+        // From the mark: what PVE cannot say.
+        assert.equal(read.properties.templateVmid, 9000);
+        assert.equal(read.properties.diskStorage, "local-lvm");
+        assert.equal(read.properties.seedStorage, "seeds");
+        assert.deepEqual(read.properties.vmidRange, { first: 20000, last: 29999 });
+        assert.equal(read.properties.vmNameChosenBy, "provider");
+        assert.equal(read.properties.installGuestAgent, true);
+        const plan = await server.check(got.urn, read.inputs, declared.inputs);
+        assert.deepEqual(plan.failures, []);
+        assert.equal(plan.inputs.vmName, checked.inputs.vmName, "the generated name is kept");
+        assert.deepEqual(await server.diff(got.urn, created.id, read.properties, plan.inputs), {
+          changes: "none",
+          replaces: [],
+          deleteBeforeReplace: false,
+        });
+        // A real change still shows: a value the mark holds, a value the host reports.
+        for (const [key, value] of Object.entries({ templateVmid: 9001, bridge: "vmbr1" })) {
+          const changed = await server.check(got.urn, read.inputs, {
+            ...declared.inputs,
+            [key]: value,
+          });
+          const diff = await server.diff(got.urn, created.id, read.properties, changed.inputs);
+          assert.deepEqual([diff.changes, diff.replaces.sort()], ["some", [key, "vmName"]], key);
+        }
+      }
+
+      // The engine's own path: Check without olds, then create. Named as the VM is, create
+      // adopts it in place: no clone, the same VMID, its config as it was.
+      const clones = () => [...sim.tasks.values()].filter((task) => task.type === "qmclone").length;
+      const clonesBefore = clones();
+      const configBefore = JSON.stringify(sim.vms.get(vmid)!.config);
+      const named = captureResourceInputs(fixture.project, "ProxmoxProxy", "edge-own", {
+        ...args,
+        vmName: checked.inputs.vmName,
+      });
+      const fresh = await server.check(named.urn, {}, named.inputs);
+      const adopted = await server.create(named.urn, fresh.inputs);
+      assert.equal(adopted.id, created.id);
+      assert.equal(adopted.properties.createdAt, created.properties.createdAt);
+      assert.equal(clones(), clonesBefore, "adopted, not cloned again");
+      assert.equal(JSON.stringify(sim.vms.get(vmid)!.config), configBefore);
+      const next = await server.check(named.urn, fresh.inputs, named.inputs);
+      assert.equal(
+        (await server.diff(named.urn, adopted.id, adopted.properties, next.inputs)).changes,
+        "none",
+      );
+    } finally {
+      await server.delete(made.urn, created.id, created.properties);
+    }
+    assert.equal(sim.vms.has(vmid), false);
+  });
+
   it("continues a partial create at the next up (update on the record) and deletes a record as destroy does", async () => {
     const server = await fixture.startServer();
     await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });

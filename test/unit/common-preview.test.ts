@@ -166,8 +166,7 @@ describe("preview with unknown inputs (check and diff, pure)", () => {
             async ([raw, unknownPaths]) => {
               const full = await backend.check({}, raw);
               assert.deepEqual(full.failures, []);
-              // As create writes them: seedSha256 is in every created state (common/diff.ts, isAdoptedState).
-              const outputs = { ...full.inputs, host: "h", ip: null, seedSha256: "" };
+              const outputs = { ...full.inputs, host: "h", ip: null };
               const news = unknownPaths.reduce(withUnknownAt, raw);
               const checked = await backend.check(full.inputs, news);
               assert.deepEqual(checked.failures, []);

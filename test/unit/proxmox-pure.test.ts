@@ -403,8 +403,6 @@ describe("proxmox diff: the decision table", () => {
     tags: ["a"],
     apiToken: "u@pve!t=1",
     __provider: "p1",
-    // Every state create writes has it; a state without it is one `.get` adopted.
-    seedSha256: "0".repeat(64),
   };
 
   it("replaces on anything about the VM itself", () => {
