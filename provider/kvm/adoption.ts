@@ -21,7 +21,7 @@ export function creationOf(inputs: KvmProxyInputs): Record<string, string> {
     installGuestAgent: String(inputs.installGuestAgent),
     imageFormat: inputs.image.format,
   };
-  if (inputs.image.sha256 !== undefined) creation.imageSha256 = inputs.image.sha256;
+  if (inputs.image.sha256 !== undefined) creation.imageDigest = inputs.image.sha256;
   if (inputs.vmNameChosenBy !== undefined) creation.vmNameChosenBy = inputs.vmNameChosenBy;
   return creation;
 }
@@ -42,7 +42,7 @@ export function adoptedCreation(mark: OwnershipMark): Props {
   if (creation.imageFormat === "qcow2" || creation.imageFormat === "raw")
     inputs.image = {
       format: creation.imageFormat,
-      ...(creation.imageSha256 === undefined ? {} : { sha256: creation.imageSha256 }),
+      ...(creation.imageDigest === undefined ? {} : { sha256: creation.imageDigest }),
     };
   return inputs;
 }

@@ -123,6 +123,26 @@ describe("ownership mark", () => {
     assert.deepEqual(markFromText(description), { kind: "marked", mark });
   });
 
+  it("carries creation fields after the frozen ones, and a mark written before them still parses", () => {
+    const creation = { templateVmid: "9000", vmidRange: "20000-29999", diskStorage: "a b=c" };
+    const withCreation = createMark(owner, new Date("2026-11-01T10:00:00Z"), creation);
+    assert.deepEqual(withCreation.creation, creation);
+    const text = markToText(withCreation);
+    // The frozen block comes first, unchanged: older readers stop at what they know.
+    assert.ok(text.startsWith(markToText(mark)), text);
+    assert.deepEqual(markFromText(`note\n${text}\n\nmore`), { kind: "marked", mark: withCreation });
+    assert.deepEqual(markFromFields(markToFields(withCreation)), {
+      kind: "marked",
+      mark: withCreation,
+    });
+    // The old form (this test's `mark`, and the frozen-api fixture) has no creation at all.
+    const old = markFromText(markToText(mark));
+    assert.equal(old.kind === "marked" && "creation" in old.mark, false);
+    // A creation field can neither overwrite a frozen field nor break the text form.
+    assert.throws(() => createMark(owner, new Date(), { stack: "other" }), /creation field/);
+    assert.throws(() => createMark(owner, new Date(), { "a-b": "x" }), /creation field/);
+  });
+
   it("cannot be forged through a resource name with newlines or '='", () => {
     const tricky = createMark(
       { ...owner, resource: "x\nstack=other\n[egress-proxies]" },
