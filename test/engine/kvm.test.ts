@@ -270,6 +270,58 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
       /belongs to egress-consumer\/engine-test .*only the stack that owns it can adopt it/,
     );
 
+    // Adopt, then declare (what the engine sends is spelt out in proxmox.test.ts): the `.get`
+    // state, read either way an engine sends a Get, diffs clean against the same resource
+    // declared with the creating arguments; a real change still shows.
+    const declared = captureResourceInputs(project, "KvmProxy", "edge-adopted", {
+      ...args,
+      connection,
+    });
+    for (const properties of [got.inputs, {}]) {
+      const state = await server.read(got.urn, created.id, properties, got.inputs);
+      // From the mark: what libvirt cannot say.
+      assert.equal(state.properties.installGuestAgent, true);
+      assert.deepEqual(state.properties.image, { format: "qcow2", sha256: imageSha256 });
+      assert.equal(state.properties.vmNameChosenBy, "provider");
+      const plan = await server.check(got.urn, state.inputs, declared.inputs);
+      assert.deepEqual(plan.failures, []);
+      assert.equal(plan.inputs.vmName, inputs.vmName, "the generated name is kept");
+      assert.deepEqual(await server.diff(got.urn, created.id, state.properties, plan.inputs), {
+        changes: "none",
+        replaces: [],
+        deleteBeforeReplace: false,
+      });
+      const other = { ...(args.image as Props), sha256: "0".repeat(64) };
+      for (const [key, value, path] of [
+        ["vcpus", 2, "vcpus"],
+        ["image", other, "image.sha256"],
+      ] as const) {
+        const changed = await server.check(got.urn, state.inputs, {
+          ...declared.inputs,
+          [key]: value,
+        });
+        const diff = await server.diff(got.urn, created.id, state.properties, changed.inputs);
+        assert.deepEqual([diff.changes, diff.replaces.sort()], ["some", [path, "vmName"]], key);
+      }
+    }
+    // The engine's own path after a `.get` (Check without olds, then create): named as the VM
+    // is, create finds the domain and adopts it in place (the same UUID, nothing defined anew).
+    const named = captureResourceInputs(project, "KvmProxy", "edge-adopted", {
+      ...args,
+      connection,
+      vmName: inputs.vmName,
+    });
+    const fresh = await server.check(named.urn, {}, named.inputs);
+    const taken = await server.create(named.urn, fresh.inputs);
+    assert.equal(taken.id, created.id);
+    assert.equal(taken.properties.libvirtUuid, outputs.libvirtUuid);
+    assert.equal(taken.properties.createdAt, outputs.createdAt);
+    const next = await server.check(named.urn, fresh.inputs, named.inputs);
+    assert.equal(
+      (await server.diff(named.urn, taken.id, taken.properties, next.inputs)).changes,
+      "none",
+    );
+
     // Timeouts change: update in place, VM untouched; vcpus change: replace with a new name.
     const retimed = await server.check(urn, inputs, {
       ...captured.inputs,

@@ -187,6 +187,29 @@ describe("ProxmoxProxy read: drift, identity by mark, adoption (simulator)", () 
       assert.deepEqual(await provider.read(id, getProps({ node: "pve" })), read);
     });
 
+    it("a VM marked by an earlier release (no creation fields): what it cannot say is left out, and the creating program still diffs clean", async () => {
+      const { program, id, outs } = await createdProxy({ bridge: "vmbr1", diskGiB: 4 });
+      const vm = env.sim.vms.get(outs.vmid)!;
+      const { creation: _, ...older } = createMark(OWNER, new Date(String(outs.createdAt)));
+      vm.config.description = vmDescription(String(outs.vmName), older);
+      const read = await provider.read(id, getProps({ node: "pve" }));
+      for (const key of ["templateVmid", "diskStorage", "bridge", "diskGiB", "vmNameChosenBy"])
+        assert.equal(key in read.props, false, key);
+      // The program names the VM: an older mark cannot say its name was generated.
+      const declared = {
+        ...program,
+        vmName: outs.vmName,
+        owner: { ...OWNER, resource: "adopted" },
+      };
+      assert.deepEqual(await nextUp(declared, read), {
+        changes: false,
+        replaces: [],
+        deleteBeforeReplace: false,
+      });
+      // What it does hold still compares: cores is the host's.
+      assert.deepEqual((await nextUp({ ...declared, cores: 3 }, read)).replaces, ["cores"]);
+    });
+
     it("checks the mark of a locked VM too: ours adopts as locked, someone else's is refused", async () => {
       const { id, outs } = await createdProxy();
       env.sim.vms.get(outs.vmid)!.config.lock = "backup";
