@@ -46,3 +46,22 @@ export function adoptedCreation(mark: OwnershipMark): Props {
     };
   return inputs;
 }
+
+/**
+ * Create adopting a domain it finds by name (a `.get` turned into `new`, a
+ * resumed create): the domain must be the one the program describes. Its disk
+ * is an overlay of the image it was made from, so a mark that names another
+ * image is refused rather than recorded as the program's; undefined when it
+ * agrees or does not say (an older mark, an image without sha256).
+ */
+export function creationMismatch(mark: OwnershipMark, inputs: KvmProxyInputs): string | undefined {
+  const creation = mark.creation ?? {};
+  const differing: string[] = [];
+  if (creation.imageFormat !== undefined && creation.imageFormat !== inputs.image.format)
+    differing.push(`image.format ${creation.imageFormat}`);
+  const digest = inputs.image.sha256;
+  if (creation.imageDigest !== undefined && digest !== undefined && creation.imageDigest !== digest)
+    differing.push(`image.sha256 ${creation.imageDigest}`);
+  if (differing.length === 0) return undefined;
+  return `its mark says it was made from ${differing.join(", ")}, which the program does not ask for; declare it with the image it was made from, or choose another vmName`;
+}

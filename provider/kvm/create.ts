@@ -14,7 +14,7 @@ import type { DomainHandle, StoragePoolHandle, StorageVolHandle } from "../libvi
 import { buildNoCloudSeed } from "../nocloud";
 import { openHost, type HostSession } from "./connect";
 import { CreateAttempt } from "./create-attempt";
-import { creationOf } from "./adoption";
+import { creationMismatch, creationOf } from "./adoption";
 import { buildDomainXml, parseDomainXml } from "./domain-xml";
 import { assertHostReady, recheckAfterFailure } from "./host-facts";
 import type { LibvirtHost, VmState } from "./host";
@@ -136,7 +136,10 @@ async function resumeExisting(
   handle: DomainHandle,
 ): Promise<DefinedDomain> {
   const description = parseDomainXml(await session.host.domainXml(handle));
-  const mark = requireOurs(description.mark, inputs, `domain ${inputs.vmName} on ${session.label}`);
+  const what = `domain ${inputs.vmName} on ${session.label}`;
+  const mark = requireOurs(description.mark, inputs, what);
+  const mismatch = creationMismatch(mark, inputs);
+  if (mismatch !== undefined) throw new PermanentError(`${what}: ${mismatch}`);
   const seed = buildNoCloudSeed(seedInputOf(inputs));
   return {
     handle,

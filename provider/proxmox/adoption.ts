@@ -70,3 +70,24 @@ export function adoptedCreation(mark: OwnershipMark): AdoptedCreation | undefine
 function setIfDefined(props: Props, key: string, value: unknown): void {
   if (value !== undefined) props[key] = value;
 }
+
+/**
+ * Create adopting a VM it finds by name (a `.get` turned into `new`, a resumed
+ * create): the VM must be the one the program describes. What its disk was
+ * cloned from and onto cannot change in place, so a mark that says otherwise
+ * is refused rather than recorded as the program's; undefined when it agrees
+ * or does not say (an older mark).
+ */
+export function creationMismatch(
+  mark: OwnershipMark,
+  spec: ProxmoxProxyInputs,
+): string | undefined {
+  const creation = mark.creation ?? {};
+  const differing = (["templateVmid", "diskStorage"] as const).filter(
+    (key) => creation[key] !== undefined && creation[key] !== String(spec[key]),
+  );
+  if (differing.length === 0) return undefined;
+  const said = differing.map((key) => `${key} ${creation[key]}`).join(", ");
+  const asked = differing.map((key) => `${key} ${String(spec[key])}`).join(", ");
+  return `its mark says it was made with ${said}, but the program asks for ${asked}; declare it with the values it was made with, or choose another vmName`;
+}

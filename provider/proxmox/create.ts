@@ -46,7 +46,7 @@ import {
   waitUntilUnlocked,
 } from "./vm";
 import { vmidCandidates } from "./vmid";
-import { creationOf } from "./adoption";
+import { creationMismatch, creationOf } from "./adoption";
 import {
   Props,
   bothSettled,
@@ -273,7 +273,8 @@ async function recordCloneLeftBehind(
     (config) => requireOurs(config, ref, spec.vmName, spec.owner),
     () => undefined,
   );
-  if (mark === undefined) throw failure;
+  // One made for another program (adoption refused it) is not this clone's.
+  if (mark === undefined || creationMismatch(mark, spec) !== undefined) throw failure;
   throw new PartialCreateError(
     resourceId(ref),
     plain(initialOutputs(spec, { ref, mark, running: false })),
@@ -311,11 +312,11 @@ async function adoptExisting(
 ): Promise<EnsuredVm> {
   const status = await waitUntilUnlocked(client, ref, deadline);
   const config = await getConfig(client, ref, deadline);
-  return {
-    ref,
-    mark: requireOurs(config, ref, spec.vmName, spec.owner),
-    running: status.status === "running",
-  };
+  const mark = requireOurs(config, ref, spec.vmName, spec.owner);
+  const mismatch = creationMismatch(mark, spec);
+  if (mismatch !== undefined)
+    throw new PermanentError(`VM ${ref.vmid} (${spec.vmName}) on node ${ref.node}: ${mismatch}`);
+  return { ref, mark, running: status.status === "running" };
 }
 
 /** Ownership is enforced everywhere: the VM must carry our mark, for this project and stack. */

@@ -352,6 +352,13 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
         ...args,
         vmName: checked.inputs.vmName,
       });
+      // Declared as something it was not made as, it is refused, not recorded as the program's.
+      const other = await server.check(named.urn, {}, { ...named.inputs, templateVmid: 9001 });
+      await assert.rejects(server.create(named.urn, other.inputs), (error: unknown) => {
+        assert.ok(error instanceof EngineCallError && error.initFailure === undefined);
+        assert.match(error.message, /its mark says it was made with templateVmid 9000/);
+        return true;
+      });
       const fresh = await server.check(named.urn, {}, named.inputs);
       const adopted = await server.create(named.urn, fresh.inputs);
       assert.equal(adopted.id, created.id);

@@ -78,6 +78,30 @@ describe("adoption: the creating arguments in the mark, and the adoption rule", 
     assert.deepEqual(kvmAdoption.adoptedCreation(createMark(OWNER)), {});
   });
 
+  it("create adopting a VM by name refuses one whose mark says it was made from something else", async () => {
+    const { inputs } = await proxmox.check({}, PROGRAM);
+    const mark = createMark(OWNER, new Date(), proxmoxAdoption.creationOf(inputs as never));
+    assert.equal(proxmoxAdoption.creationMismatch(mark, inputs as never), undefined);
+    assert.match(
+      proxmoxAdoption.creationMismatch(mark, { ...inputs, templateVmid: 9001 } as never)!,
+      /made with templateVmid 9000, but the program asks for templateVmid 9001/,
+    );
+    assert.equal(proxmoxAdoption.creationMismatch(createMark(OWNER), inputs as never), undefined);
+
+    const image = { url: "https://images.example/x.qcow2", sha256: "a".repeat(64) };
+    const kvmInputs = (await kvm.check({}, { image, owner: OWNER })).inputs as never;
+    const kvmMark = createMark(OWNER, new Date(), kvmAdoption.creationOf(kvmInputs));
+    assert.equal(kvmAdoption.creationMismatch(kvmMark, kvmInputs), undefined);
+    const otherImage = { ...(kvmInputs as { image: object }).image, sha256: "b".repeat(64) };
+    assert.match(
+      kvmAdoption.creationMismatch(kvmMark, {
+        ...(kvmInputs as object),
+        image: otherImage,
+      } as never)!,
+      /made from image\.sha256 a{64}/,
+    );
+  });
+
   describe("diff", () => {
     /** What .get's read reports of a VM whose mark predates creation fields: the host's view only. */
     const adopted = {
