@@ -5,6 +5,11 @@
 // Pulumi reads it again on every `up` and never changes or deletes it.
 // Needs @pulumi/pulumi >= 3.268 (the dynamic-provider server that finds the
 // provider code in a `.get`'s inputs).
+//
+// To manage one again, replace its `.get` by `new KvmProxy("edge-kvm", {...})`
+// with the arguments that made it and `vmName` set to its name: create finds
+// it by name and our mark and adopts it in place (docs/kvm.md, "Adopt, then
+// declare"; docs/proxmox.md, 6a).
 import * as pulumi from "@pulumi/pulumi";
 import { KvmProxy, ProxmoxProxy } from "egress-proxies";
 
