@@ -81,7 +81,8 @@ function changedPaths(
   const adopted = isAdoptedState(olds);
   return Object.keys(table).filter((path) => {
     const before = valueAt(olds, path);
-    if (adopted && (before === undefined || before === null)) return false;
+    // Missing, not null: null is a value read reported ("the VM has none").
+    if (adopted && before === undefined) return false;
     const after = valueAt(news, path);
     return containsUnknown(after) || !sameValue(before, after);
   });

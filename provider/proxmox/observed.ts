@@ -39,14 +39,20 @@ export function observedInputs(
     startOnBoot: config.onboot !== undefined && /^1$/.test(config.onboot.trim()),
   };
   const reports = (key: string) => asClonedSet.has(key) || previous[key] !== undefined;
+  // One the creating program set and the VM no longer has is null, not missing: an adopted
+  // state compares only the values it holds (common/diff.ts), and this is one.
+  const report = (key: string, value: unknown) =>
+    value === undefined && asClonedSet.has(key)
+      ? (observed[key] = null)
+      : setOrDelete(observed, key, value);
   const net0 = config.net0 === undefined ? undefined : parseNetDevice(config.net0);
   const options = new Map(net0?.options ?? []);
-  if (reports("bridge")) setOrDelete(observed, "bridge", options.get("bridge"));
-  if (reports("vlanTag")) setOrDelete(observed, "vlanTag", wholeNumberOf(options.get("tag")));
+  if (reports("bridge")) report("bridge", options.get("bridge"));
+  if (reports("vlanTag")) report("vlanTag", wholeNumberOf(options.get("tag")));
   if (reports("diskGiB")) {
     const disk = bootDisk(config);
     const bytes = disk === undefined ? undefined : diskSizeBytes(config[disk]);
-    setOrDelete(observed, "diskGiB", bytes === undefined ? undefined : gibOf(bytes));
+    report("diskGiB", bytes === undefined ? undefined : gibOf(bytes));
   }
   return observed;
 }

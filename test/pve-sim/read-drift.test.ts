@@ -165,7 +165,7 @@ describe("ProxmoxProxy read: drift, identity by mark, adoption (simulator)", () 
     }
 
     it("adopts a VM with this stack's mark and reports it as it is", async () => {
-      const { id, outs } = await createdProxy({ cores: 2, vlanTag: 20, tags: ["web"] });
+      const { program, id, outs } = await createdProxy({ cores: 2, vlanTag: 20, tags: ["web"] });
       const read = await provider.read(id, getProps({ node: "pve" }));
       assert.equal(read.id, id);
       assert.equal(read.props.vmName, outs.vmName);
@@ -185,6 +185,17 @@ describe("ProxmoxProxy read: drift, identity by mark, adoption (simulator)", () 
       assert.equal(read.props.createdAt, outs.createdAt);
       // Pulumi reads a .get resource again on every up: the same VM reads the same.
       assert.deepEqual(await provider.read(id, getProps({ node: "pve" })), read);
+      // A value the creating program set and the VM lost by hand still shows as a change.
+      const vm = env.sim.vms.get(outs.vmid)!;
+      vm.config.net0 = vm.config.net0!.replace(/,tag=20/, "");
+      const lost = await provider.read(id, getProps({ node: "pve" }));
+      assert.equal(lost.props.vlanTag, null);
+      const declared = {
+        ...program,
+        vmName: outs.vmName,
+        owner: { ...OWNER, resource: "adopted" },
+      };
+      assert.deepEqual((await nextUp(declared, lost)).replaces, ["vlanTag"]);
     });
 
     it("a VM marked by an earlier release (no creation fields): what it cannot say is left out, and the creating program still diffs clean", async () => {
