@@ -4,7 +4,8 @@
  * guest "reports" 127.0.0.2, where a squid-like proxy with basic auth listens
  * and leaves from 127.0.0.3; the echo service on 127.0.0.1 tells the address.
  * The proxy is then moved to another exit address, silenced, or left silent
- * through a restart; and VMs are rotated by age, the new one ready first.
+ * through a restart; and VMs are rotated by name and by age, the new one
+ * ready first.
  */
 import assert from "node:assert/strict";
 import type { PveSimulator } from "../pve-sim/simulator";
@@ -190,6 +191,44 @@ describe("engine: egress re-checked on refresh, healed by up (ProxmoxProxy, simu
     await server.delete(captured.urn, stored.id, again.properties);
     assert.equal(sim.vms.has(vmidOf(stored)), false);
     await server.delete(captured.urn, replacement.id, replacement.properties);
+  });
+
+  it("rotation by name (the pool's `rotate`): only that member is replaced, the new VM ready before the old one goes", async () => {
+    const members = [await createProxy(), await createProxy()];
+    const ready = () =>
+      [...sim.vms.values()].filter((vm) => vm.status === "running" && vm.config.template !== "1")
+        .length;
+    const count = members.length;
+    assert.equal(ready(), count);
+    // The pool sets `rotation` on the member its `rotate` names; the other's inputs stay as they were.
+    const programs = [captured.inputs, { ...captured.inputs, rotation: "2026-12-03" }];
+    const plans = await Promise.all(
+      members.map(async (stored, index) => {
+        const refreshed = await server.read(captured.urn, stored.id, stored.outputs, stored.inputs);
+        return { stored, refreshed, ...(await planAfter(stored, refreshed, programs[index])) };
+      }),
+    );
+    assert.deepEqual(
+      plans.map(({ diff }) => planSummary([{ diff, stored: undefined as never }])[0]),
+      ["none", "some (replaces: vmName,rotation)"],
+    );
+    const { stored, refreshed, checked, diff } = plans[1]!;
+    assert.equal(diff.deleteBeforeReplace, false);
+    assert.notEqual(checked.inputs.vmName, stored.inputs.vmName, "a new name: no collision");
+
+    // Create before delete: the pool has count + 1 ready VMs until the old one goes, never fewer than count.
+    const replacement = await server.create(captured.urn, checked.inputs);
+    assert.equal(replacement.properties.egressIp, "127.0.0.3", "checked before the old one goes");
+    assert.equal(ready(), count + 1, "old and new side by side");
+    await server.delete(captured.urn, stored.id, refreshed.properties);
+    assert.equal(ready(), count);
+
+    // The entry kept: the same text rotates nothing more.
+    const next = { id: replacement.id, outputs: replacement.properties, inputs: checked.inputs };
+    const rounds = await refreshThenPlan(server, captured.urn, next, programs[1]!, 2);
+    assert.deepEqual(planSummary(rounds), ["none", "none"]);
+    await server.delete(captured.urn, replacement.id, rounds.at(-1)!.stored.outputs);
+    await server.delete(captured.urn, members[0]!.id, plans[0]!.refreshed.properties);
   });
 
   it("rotation by age: only the aged members are replaced, each new VM ready before an old one goes", async () => {

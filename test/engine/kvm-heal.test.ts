@@ -13,6 +13,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { overlayVolumeName, seedVolumeName } from "../../provider/kvm/naming";
+import { openLocalLibvirt } from "../../provider/ssh/local";
 import { parseConfig } from "../../reaper/config";
 import { EXIT, runSweep } from "../../reaper/sweep";
 import { engineCallMs } from "../lab/budgets";
@@ -21,6 +22,7 @@ import { LabGuests } from "../lab/guests";
 import {
   ensureProxyImage,
   labConnection,
+  removeCachedBaseImage,
   serveImage,
   type RunningServer,
 } from "../lab/kvm-support";
@@ -149,6 +151,15 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
     await server?.stop();
     // Whatever delete could not remove goes by name, and is verified gone.
     if (lab) await guests.removeAll(lab);
+    // This run's image URL is new (a new port): its cached base is this run's to remove.
+    if (lab && imageServer) {
+      const inspector = await openLocalLibvirt({ socketPath: lab.libvirtSocket });
+      try {
+        await removeCachedBaseImage(inspector, lab.pool, imageServer.url, imageSha256);
+      } finally {
+        await inspector.close();
+      }
+    }
     await imageServer?.close();
     project?.remove();
   });

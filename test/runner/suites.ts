@@ -42,6 +42,7 @@ const LAB_SECONDS: Record<string, number> = {
   "engine/stock-host.test.js": 150, // (1, UEFI) zero-config on a stock host
   "lab/egress.test.js": 200, // (2) squid with auth, NAT, check, one restarted by the egress re-check
   "lab/kvm-proxy.test.js": 95, // (1 + 10 that are not waited for)
+  "engine/kvm-egress-rotate.test.js": 240, // (2, then 1) a changed exit address, one member rotated
   "engine/kvm-heal.test.js": 65, // (2, and 4 replacements not waited for) heal on refresh + up
   "engine/kvm-reboot.test.js": 50, // (2, not waited for) a private libvirtd, up and restarted
   "engine/kvm.test.js": 25,

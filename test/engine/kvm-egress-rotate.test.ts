@@ -1,0 +1,595 @@
+/**
+ * Day 2 for a pool of KvmProxies on the lab's libvirtd, through the real
+ * dynamic-provider server, with the pool itself (EgressProxyPool under
+ * mocks) deciding the children's inputs and what it publishes:
+ *
+ * - an exit address that changes (the lab puts a SNAT rule in front of the
+ *   echo service for one member's source address): refresh shows the new
+ *   `egressIp`, the next `up` accepts it in place and the pool republishes
+ *   it (docs/day2.md: a new exit address is accepted, not replaced);
+ * - both members then leave from one address: the pool names the `rotate`
+ *   change, and rotating that member creates the new VM (ready, checked)
+ *   before the old one is deleted, while a sampler keeps probing the ready
+ *   endpoints the pool publishes: never fewer than `count - 1` answer;
+ * - the NAT gone again: accepted, and refresh + up of the rotated pool (its
+ *   `rotate` entry kept) proposes nothing.
+ *
+ * After each step the host holds exactly what state records. Three guest
+ * boots in all (two at once, then the rotated one), under the `day2kvm`
+ * prefix; every guest, the echo process, its address and the SNAT rules go
+ * in `after`, also when a test fails.
+ */
+import assert from "node:assert/strict";
+import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { overlayVolumeName, seedVolumeName } from "../../provider/kvm/naming";
+import { openLocalLibvirt } from "../../provider/ssh/local";
+import { getThroughProxy } from "../support/forward-proxy";
+import { engineCallMs, guestTestTimeoutMs, kvmTimeouts } from "../lab/budgets";
+import { useLab, type LabEnv } from "../lab/fixture";
+import { LabGuests } from "../lab/guests";
+import {
+  ensureProxyImage,
+  labConnection,
+  linkHostToLab,
+  removeCachedBaseImage,
+  serveImage,
+  type ProxyImage,
+  type RunningServer,
+} from "../lab/kvm-support";
+import {
+  CONSUMER_IDENTITY,
+  DynamicProviderServer,
+  packIntoConsumerProject,
+  unwrapSecrets,
+  type ConsumerProject,
+  type Props,
+} from "./harness";
+import { refreshAll, stepSummary, upAll, upWithRefresh, type Member } from "./up-refresh";
+
+/** The pool's name: its members are `day2kvm-lab-<i>`, their VMs `day2kvm-lab-<i>-<generated>`. */
+const POOL = "day2kvm";
+const COUNT = 2;
+const AUTH = { user: "crawler", password: "day2 kvm secret" };
+const KVM_PROXY_TYPE = "pulumi-nodejs:dynamic/egress-proxies:KvmProxy";
+const SLICE_TYPE = "kubernetes:discovery.k8s.io/v1:EndpointSlice";
+const SQUID_PORT = 3128;
+
+/** Addresses inside the lab's /24 (egress.test.ts uses .245–.247): the echo service and a NAT source. */
+const labAddress = (lab: LabEnv, host: number) => lab.subnet.replace(/\.0\/24$/, `.${host}`);
+
+/**
+ * The pool under Pulumi mocks, as `pulumi up` runs the program: every child
+ * answers with the outputs state holds for it (none yet: an empty state), and
+ * the run reports what each child registered, the EndpointSlice's endpoints,
+ * the pool's `proxies` and `egress` (or the error the egress verdict threw).
+ */
+const POOL_RUNNER = `
+const fs = require("node:fs");
+const pulumi = require("@pulumi/pulumi");
+const [argsFile, stateFile, outFile, project, stack, poolName] = process.argv.slice(2);
+const args = JSON.parse(fs.readFileSync(argsFile, "utf8"));
+const state = JSON.parse(fs.readFileSync(stateFile, "utf8"));
+const seen = [];
+// A refused egress verdict also fails every object waiting on it (the Secret, the slice): expected here.
+const rejections = [];
+process.on("unhandledRejection", (error) => rejections.push(String(error && error.message)));
+pulumi.runtime
+  .setMocks(
+    {
+      newResource(resource) {
+        seen.push({ type: resource.type, name: resource.name, inputs: resource.inputs });
+        const stored = state[resource.name];
+        if (stored) return { id: stored.id, state: stored.outputs };
+        return { id: resource.name + "-id", state: resource.type.startsWith("kubernetes:") ? resource.inputs : {} };
+      },
+      call: (call) => call.inputs,
+    },
+    project,
+    stack,
+    false,
+  )
+  .then(async () => {
+    const { EgressProxyPool } = require("egress-proxies");
+    const pool = new EgressProxyPool(poolName, args);
+    const result = {};
+    try {
+      result.egress = await pool.egress.promise();
+      result.proxies = await pool.proxies.promise();
+    } catch (error) {
+      result.error = String(error && error.message);
+    }
+    // The slice registers once its inputs resolve; a refused verdict never registers it.
+    const deadline = Date.now() + (result.error ? 1000 : 10000);
+    while (!seen.some((r) => r.type === "${SLICE_TYPE}") && Date.now() < deadline)
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    result.seen = seen;
+    result.rejections = rejections;
+    fs.writeFileSync(outFile, JSON.stringify(result));
+  });
+`;
+
+interface PoolRun {
+  /** Each KvmProxy child's inputs, secrets unwrapped (as the engine hands them to the provider). */
+  children: Map<string, Props>;
+  /** The EndpointSlice's endpoints; undefined when nothing was published. */
+  slice?: Array<{ address: string; ready: boolean }>;
+  proxies?: Array<{ name: string; egressIp: string | null; ready: boolean | null; ip: string }>;
+  egress?: Array<{ address: string; proxies: string[] }>;
+  error?: string;
+  stderr: string;
+}
+
+/** Probes the published ready endpoints through the proxy, every 2 s, until stopped. */
+class ReadySampler {
+  readonly samples: Array<{ published: number; answering: number; addresses: string[] }> = [];
+  private stopped = false;
+  private readonly loop: Promise<void>;
+
+  constructor(
+    private addresses: string[],
+    private readonly probe: (address: string) => Promise<boolean>,
+  ) {
+    this.loop = this.run();
+  }
+
+  /** The pool published another set (the engine updated the EndpointSlice). */
+  publish(addresses: string[]): void {
+    this.addresses = addresses;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.loop;
+  }
+
+  private async run(): Promise<void> {
+    while (!this.stopped) {
+      const addresses = this.addresses;
+      const answers = await Promise.all(addresses.map((address) => this.probe(address)));
+      this.samples.push({
+        published: addresses.length,
+        answering: answers.filter(Boolean).length,
+        addresses,
+      });
+      if (!this.stopped) await new Promise((resolve) => setTimeout(resolve, 2000));
+    }
+  }
+}
+
+describe("engine: a KvmProxy pool's exit address changes and a member is rotated (lab, real dynamic-provider server)", function () {
+  // Two TCG guests boot at once in `before`, one more in the rotation.
+  this.timeout(guestTestTimeoutMs(2));
+  let lab: LabEnv;
+  let image: ProxyImage;
+  let imageServer: RunningServer;
+  let project: ConsumerProject;
+  let server: DynamicProviderServer;
+  let workDir: string;
+  let echo: ChildProcess | undefined;
+  let echoAddress: string;
+  let echoPort: number;
+  let natAddress: string;
+  let poolArgs: Props;
+  const guests = new LabGuests();
+  const members: Member[] = [];
+  /** State the engine still holds besides the members: an old VM waiting for its delete. */
+  const pendingDelete: Member[] = [];
+  /** SNAT rules this suite added in the lab netns, removed in `after`. */
+  const snatRules: string[][] = [];
+  let echoAddressAdded = false;
+
+  const labNs = (...args: string[]): string =>
+    execFileSync("ip", ["netns", "exec", lab.netns, ...args], { encoding: "utf8" });
+  const virsh = (...args: string[]): string =>
+    execFileSync("virsh", ["-q", "-c", lab.uri, ...args], { encoding: "utf8" });
+  const names = (text: string): string[] =>
+    text
+      .split("\n")
+      .map((line) => line.trim().split(/\s+/)[0]!)
+      .filter(Boolean);
+  const vmNameOf = (member: Member): string => String(member.stored!.outputs.vmName);
+  const ipOf = (member: Member): string => String(member.stored!.outputs.ip);
+  const member = (index: number): Member => members[index]!;
+
+  /** Connections from `source` to the echo service look as if they left from `to`. */
+  function snatRule(source: string, to: string): string[] {
+    return [
+      "INPUT",
+      "-s",
+      source,
+      "-p",
+      "tcp",
+      "-d",
+      echoAddress,
+      "--dport",
+      String(echoPort),
+      "-j",
+      "SNAT",
+      "--to-source",
+      to,
+    ];
+  }
+  function addSnat(source: string, to: string): void {
+    const rule = snatRule(source, to);
+    labNs("iptables", "-t", "nat", "-A", ...rule);
+    snatRules.push(rule);
+  }
+  function removeSnatRules(): void {
+    while (snatRules.length > 0) labNs("iptables", "-t", "nat", "-D", ...snatRules.pop()!);
+  }
+
+  /** Runs the pool's program against what state holds now (members and pending deletes by name). */
+  function runPool(args: Props = poolArgs): PoolRun {
+    const state: Record<string, { id: string; outputs: Props }> = {};
+    for (const m of members)
+      if (m.stored) state[m.name] = { id: m.stored.id, outputs: m.stored.outputs };
+    const files = {
+      args: join(workDir, "pool-args.json"),
+      state: join(workDir, "pool-state.json"),
+      out: join(workDir, "pool-run.json"),
+    };
+    writeFileSync(files.args, JSON.stringify(args));
+    writeFileSync(files.state, JSON.stringify(state));
+    rmSync(files.out, { force: true });
+    const { project: projectName, stack } = CONSUMER_IDENTITY;
+    const run = spawnSync(
+      process.execPath,
+      ["pool-runner.js", files.args, files.state, files.out, projectName, stack, POOL],
+      { cwd: project.dir, encoding: "utf8", timeout: 60_000 },
+    );
+    assert.equal(run.status, 0, `the pool's program failed: ${run.stderr}`);
+    const result = JSON.parse(readFileSync(files.out, "utf8")) as {
+      seen: Array<{ type: string; name: string; inputs: Props }>;
+      proxies?: PoolRun["proxies"];
+      egress?: PoolRun["egress"];
+      error?: string;
+      rejections: string[];
+    };
+    if (result.error === undefined)
+      assert.deepEqual(result.rejections, [], "the program ran clean");
+    const children = new Map(
+      result.seen
+        .filter((r) => r.type === KVM_PROXY_TYPE)
+        .map((r) => [r.name, unwrapSecrets(r.inputs) as Props]),
+    );
+    const slice = result.seen.find((r) => r.type === SLICE_TYPE)?.inputs.endpoints as
+      Array<{ addresses: string[]; conditions: { ready?: boolean } }> | undefined;
+    return {
+      children,
+      slice: slice?.map((e) => ({
+        address: e.addresses[0]!,
+        ready: e.conditions.ready !== false,
+      })),
+      proxies: result.proxies,
+      egress: result.egress,
+      error: result.error,
+      stderr: run.stderr,
+    };
+  }
+
+  /** The program's inputs for every member, from a run of the pool. */
+  function declare(run: PoolRun): void {
+    for (let index = 0; index < COUNT; index++) {
+      const name = `${POOL}-lab-${index}`;
+      const program = run.children.get(name);
+      assert.ok(program, `the pool declared ${name}: ${[...run.children.keys()].join()}`);
+      const urn = `urn:pulumi:${CONSUMER_IDENTITY.stack}::${CONSUMER_IDENTITY.project}::egress-proxies:index:EgressProxyPool$${KVM_PROXY_TYPE}::${name}`;
+      const existing = members.find((m) => m.name === name);
+      if (existing === undefined) members.push({ name, urn, program });
+      else existing.program = program;
+    }
+  }
+
+  /** The addresses the pool publishes as ready. */
+  const publishedReady = (run: PoolRun): string[] =>
+    (run.slice ?? []).filter((e) => e.ready).map((e) => e.address);
+
+  /** A published endpoint is serving when a request through it reaches the echo service. */
+  async function answers(address: string): Promise<boolean> {
+    const reply = await getThroughProxy(
+      { host: address, port: SQUID_PORT },
+      `http://${echoAddress}:${echoPort}/`,
+      AUTH,
+    ).catch(() => undefined);
+    return reply?.status === 200;
+  }
+
+  /** Everything this suite's VMs own on the host, and what state says they own. */
+  function assertHostHoldsExactlyState(): void {
+    const ours = (name: string) => name.startsWith(`${POOL}-`);
+    const domains = names(virsh("list", "--all", "--name"))
+      .filter(ours)
+      .sort();
+    const volumes = names(virsh("vol-list", lab.pool)).filter(ours).sort();
+    const inState = [...members, ...pendingDelete]
+      .filter((m) => m.stored !== undefined)
+      .map(vmNameOf);
+    assert.deepEqual(domains, [...inState].sort(), "domains on the host = domains in state");
+    assert.deepEqual(
+      volumes,
+      inState.flatMap((vm) => [overlayVolumeName(vm), seedVolumeName(vm)]).sort(),
+      "per-VM volumes on the host = those of the VMs in state",
+    );
+  }
+
+  /** The echo service inside the lab netns, on an address of the netns's loopback. */
+  async function startEcho(): Promise<void> {
+    try {
+      labNs("ip", "addr", "add", `${echoAddress}/32`, "dev", "lo");
+      echoAddressAdded = true;
+    } catch (error) {
+      if (!/File exists/.test(String((error as { stderr?: string }).stderr))) throw error;
+    }
+    // `ip netns exec` execs node in place: this PID is the echo service's own.
+    echo = spawn(
+      "ip",
+      [
+        "netns",
+        "exec",
+        lab.netns,
+        process.execPath,
+        join(__dirname, "..", "lab", "egress-echo.js"),
+        echoAddress,
+      ],
+      { stdio: ["ignore", "pipe", "inherit"] },
+    );
+    const firstLine = await new Promise<string>((resolve, reject) => {
+      createInterface({ input: echo!.stdout! }).once("line", resolve);
+      echo!.once("exit", (code) => reject(new Error(`the echo service exited (${code})`)));
+    });
+    echoPort = (JSON.parse(firstLine) as { direct: number }).direct;
+  }
+
+  before(async () => {
+    lab = await useLab();
+    echoAddress = labAddress(lab, 237);
+    natAddress = labAddress(lab, 236);
+    await linkHostToLab(lab);
+    image = await ensureProxyImage();
+    imageServer = await serveImage(image);
+    project = packIntoConsumerProject();
+    workDir = mkdtempSync(join(project.dir, "day2kvm-"));
+    writeFileSync(join(project.dir, "pool-runner.js"), POOL_RUNNER);
+    await startEcho();
+    server = await DynamicProviderServer.start(project);
+    server.callTimeoutMs = engineCallMs();
+    await server.configure({});
+    poolArgs = {
+      backends: [
+        {
+          name: "lab",
+          count: COUNT,
+          kvm: {
+            connection: labConnection(lab),
+            pool: lab.pool,
+            network: { bridge: lab.bridge },
+            domainType: "qemu",
+            memoryMiB: 512,
+            timeouts: kvmTimeouts(),
+          },
+        },
+      ],
+      kvmImage: { url: imageServer.url, sha256: image.sha256 },
+      squid: { allowedClientCidrs: [lab.subnet], basicAuth: AUTH },
+      egressCheck: { url: `http://${echoAddress}:${echoPort}/` },
+      kubernetes: { namespace: "crawlers", name: "egress" },
+    };
+
+    // The first `up`: both members created at once (the engine runs independent creates in parallel).
+    declare(runPool());
+    await Promise.all(
+      members.map(async (m) => {
+        assert.equal(m.program.egressRecheck, true, "the pool re-checks egress by default");
+        const checked = await server.check(m.urn, {}, m.program);
+        assert.deepEqual(checked.failures, [], m.name);
+        guests.add(String(checked.inputs.vmName));
+        const created = await server.create(m.urn, checked.inputs);
+        m.stored = { id: created.id, outputs: created.properties, inputs: checked.inputs };
+      }),
+    );
+    for (const m of members) assert.equal(m.stored!.outputs.egressIp, ipOf(m), m.name);
+    const published = runPool();
+    assert.deepEqual(publishedReady(published), members.map(ipOf));
+    assert.equal(published.egress!.length, COUNT, "one exit address per member");
+    assertHostHoldsExactlyState();
+  });
+
+  after(async function () {
+    this.timeout(300_000);
+    for (const m of [...members, ...pendingDelete])
+      if (m.stored)
+        await server
+          ?.delete(m.urn, m.stored.id, m.stored.outputs)
+          .catch((error: Error) =>
+            process.stderr.write(`day2kvm: could not delete ${m.name}: ${error.message}\n`),
+          );
+    await server?.stop();
+    // Whatever delete could not remove goes by name, and is verified gone.
+    if (lab) await guests.removeAll(lab);
+    if (lab) {
+      try {
+        removeSnatRules();
+      } catch (error) {
+        process.stderr.write(`day2kvm: SNAT rules: ${String(error)}\n`);
+      }
+      if (echo && echo.exitCode === null) echo.kill("SIGTERM");
+      if (echoAddressAdded) labNs("ip", "addr", "del", `${echoAddress}/32`, "dev", "lo");
+    }
+    // This run's image URL is new (a new port): its cached base is this run's to remove.
+    if (lab && imageServer) {
+      const inspector = await openLocalLibvirt({ socketPath: lab.libvirtSocket });
+      try {
+        await removeCachedBaseImage(inspector, lab.pool, imageServer.url, image.sha256);
+      } finally {
+        await inspector.close();
+      }
+    }
+    await imageServer?.close();
+    project?.remove();
+  });
+
+  it("an exit address changed: refresh shows it, up accepts it in place, and the pool republishes it", async () => {
+    const [first, moved] = [member(0), member(1)];
+    const checkedAt = members.map((m) => m.stored!.outputs.checkedAt);
+    addSnat(ipOf(moved), natAddress);
+
+    const refreshed = await refreshAll(server, members);
+    assert.equal(refreshed[0]!.outputs!.egressIp, ipOf(first));
+    assert.equal(refreshed[0]!.outputs!.checkedAt, checkedAt[0], "unchanged: checkedAt kept");
+    assert.equal(refreshed[1]!.outputs!.egressIp, natAddress, "refresh shows the new address");
+    assert.notEqual(refreshed[1]!.outputs!.checkedAt, checkedAt[1]);
+    assert.equal(refreshed[1]!.outputs!.egressProblem, null);
+    assert.equal(refreshed[1]!.outputs!.state, "running");
+
+    const uuids = members.map((m) => m.stored!.outputs.libvirtUuid);
+    assert.deepEqual(
+      stepSummary(await upAll(server, members)),
+      members.map((m) => `${m.name}:same`),
+      "a new exit address is accepted: nothing updated or replaced",
+    );
+    assert.deepEqual(
+      members.map((m) => m.stored!.outputs.libvirtUuid),
+      uuids,
+    );
+    const published = runPool();
+    assert.deepEqual(
+      published.proxies!.map((p) => [p.name, p.egressIp, p.ready]),
+      [
+        ["lab-0", ipOf(first), true],
+        ["lab-1", natAddress, true],
+      ],
+    );
+    assert.deepEqual(publishedReady(published), members.map(ipOf), "both still published ready");
+    assert.doesNotMatch(published.stderr, /shared:/);
+    assertHostHoldsExactlyState();
+  });
+
+  it("two members on one exit address: the pool names the rotate change; the rotated VM is created first and never fewer than count - 1 endpoints answer", async () => {
+    const [kept, rotated] = [member(0), member(1)];
+    addSnat(ipOf(kept), natAddress);
+    await refreshAll(server, members);
+    assert.deepEqual(
+      members.map((m) => m.stored!.outputs.egressIp),
+      [natAddress, natAddress],
+    );
+    assert.deepEqual(
+      stepSummary(await upAll(server, members)),
+      members.map((m) => `${m.name}:same`),
+    );
+    const shared = runPool();
+    assert.deepEqual(shared.egress, [{ address: natAddress, proxies: ["lab-0", "lab-1"] }]);
+    assert.match(shared.stderr, /warning: .*shared: .*\(lab-0, lab-1\)/);
+    // With requireDistinctEgress the pool refuses to publish and names the change that fixes it.
+    const strict = runPool({ ...poolArgs, requireDistinctEgress: true });
+    const change = /rotate: \{ "lab-1": "([^"]+)" \}/.exec(strict.error ?? "");
+    assert.ok(change, `the pool names the rotate change: ${strict.error}`);
+    assert.equal(strict.slice, undefined, "nothing published");
+
+    // The operator adds that change; `up --refresh` runs the program with it.
+    poolArgs = { ...poolArgs, rotate: { "lab-1": change[1]! } };
+    await refreshAll(server, members);
+    const before = runPool();
+    declare(before);
+    assert.equal(kept.program.rotation, undefined);
+    assert.equal(rotated.program.rotation, change[1]);
+    const count = COUNT;
+    assert.deepEqual(publishedReady(before), members.map(ipOf));
+
+    // lab-0: nothing to do.
+    const keptChecked = await server.check(kept.urn, kept.stored!.inputs, kept.program);
+    const keptDiff = await server.diff(
+      kept.urn,
+      kept.stored!.id,
+      kept.stored!.outputs,
+      keptChecked.inputs,
+    );
+    assert.equal(keptDiff.changes, "none");
+    // lab-1: replaced, create before delete, under a new generated name.
+    const old = { ...rotated, stored: rotated.stored! };
+    const checked = await server.check(rotated.urn, old.stored.inputs, rotated.program);
+    assert.deepEqual(checked.failures, []);
+    const diff = await server.diff(rotated.urn, old.stored.id, old.stored.outputs, checked.inputs);
+    assert.ok(diff.replaces.includes("rotation"), diff.replaces.join());
+    assert.equal(diff.deleteBeforeReplace, false, "create before delete");
+    const newName = String(checked.inputs.vmName);
+    assert.notEqual(newName, vmNameOf(old), "a new name: no collision with the old VM");
+    guests.add(newName);
+
+    const sampler = new ReadySampler(publishedReady(before), answers);
+    try {
+      // The engine holds the old VM for its delete at the end of the `up`.
+      pendingDelete.push(old);
+      const created = await server.create(rotated.urn, checked.inputs);
+      rotated.stored = { id: created.id, outputs: created.properties, inputs: checked.inputs };
+      assert.equal(virsh("domstate", vmNameOf(old)).trim(), "running", "the old VM still runs");
+      assertHostHoldsExactlyState();
+      // The pool's outputs resolve with the new member, and the engine updates the slice.
+      sampler.publish(publishedReady(runPool()));
+      // Let the sampler see the new set before the old VM goes.
+      const seen = sampler.samples.length;
+      while (sampler.samples.length < seen + 2) await new Promise((r) => setTimeout(r, 500));
+      // Then the old one is deleted, last.
+      await server.delete(rotated.urn, old.stored.id, old.stored.outputs);
+      pendingDelete.splice(pendingDelete.indexOf(old), 1);
+      const settled = sampler.samples.length;
+      while (sampler.samples.length < settled + 2) await new Promise((r) => setTimeout(r, 500));
+    } finally {
+      await sampler.stop();
+    }
+
+    const answering = sampler.samples.map((s) => s.answering);
+    console.log(
+      `      [day2kvm] ${answering.length} samples during the rotation: ` +
+        `fewest published ready ${Math.min(...sampler.samples.map((s) => s.published))}, ` +
+        `fewest answering ${Math.min(...answering)} (count ${count})`,
+    );
+    assert.ok(sampler.samples.length >= 6, `sampled throughout: ${sampler.samples.length}`);
+    // What the pool publishes follows from state: the old member until the new one is created.
+    assert.ok(
+      sampler.samples.every((s) => s.published >= count),
+      "the pool never published fewer ready endpoints than count",
+    );
+    // What answers is measured through each proxy (a probe may miss one on a loaded machine).
+    assert.ok(
+      Math.min(...answering) >= count - 1,
+      `never fewer than count - 1 answering: ${answering.join(" ")}`,
+    );
+    assert.deepEqual(
+      sampler.samples.at(-1)!.addresses,
+      [ipOf(kept), ipOf(rotated)],
+      "the pool publishes the new member",
+    );
+    assert.notEqual(ipOf(rotated), old.stored.outputs.ip);
+    assert.equal(rotated.stored!.outputs.egressIp, ipOf(rotated), "the new VM has its own exit");
+    const published = runPool();
+    assert.equal(published.egress!.length, COUNT, "distinct exit addresses again");
+    assert.doesNotMatch(published.stderr, /shared:/);
+    assertHostHoldsExactlyState();
+  });
+
+  it("the NAT gone again: the address is accepted, and refresh + up of the rotated pool proposes nothing", async () => {
+    removeSnatRules();
+    const refreshed = await refreshAll(server, members);
+    assert.equal(refreshed[0]!.outputs!.egressIp, ipOf(member(0)));
+    assert.deepEqual(
+      stepSummary(await upAll(server, members)),
+      members.map((m) => `${m.name}:same`),
+    );
+    // The `rotate` entry stays in the program: the same text rotates nothing more.
+    for (let round = 0; round < 2; round++)
+      assert.deepEqual(
+        stepSummary(await upWithRefresh(server, members)),
+        members.map((m) => `${m.name}:same`),
+      );
+    const published = runPool();
+    assert.deepEqual(publishedReady(published), members.map(ipOf));
+    assert.deepEqual(
+      published.proxies!.map((p) => p.egressIp),
+      members.map(ipOf),
+    );
+    assertHostHoldsExactlyState();
+  });
+});
