@@ -25,6 +25,8 @@ const REPOSITORY = join(__dirname, "..", "..", "..");
 const DIALER = join(REPOSITORY, "components", "prefix-dialer", "dialer.py");
 const PROBE = join(__dirname, "..", "support", "prefix-probe.js");
 const NAMESPACE = `egress-prefix-${process.pid}`;
+/** An IPv4-only destination inside the namespace (a documentation address: nothing outside sees it). */
+const IPV4_ECHO = "192.0.2.1";
 
 interface IpNetwork {
   address: string;
@@ -115,6 +117,7 @@ describe("prefix dialer in a network namespace", function () {
     execFileSync("ip", ["netns", "add", NAMESPACE]);
     execFileSync("ip", ["-n", NAMESPACE, "link", "set", "lo", "up"]);
     execFileSync("ip", ["-n", NAMESPACE, "addr", "add", `${echoHost}/128`, "dev", "lo"]);
+    execFileSync("ip", ["-n", NAMESPACE, "addr", "add", `${IPV4_ECHO}/32`, "dev", "lo"]);
     // What the guest's route unit and sysctl file do: the whole prefix local, bindable.
     execFileSync("ip", ["-n", NAMESPACE, "-6", "route", "add", "local", prefix, "dev", "lo"]);
     inNamespace("sysctl", "-qw", "net.ipv6.ip_nonlocal_bind=1");
@@ -177,8 +180,12 @@ describe("prefix dialer in a network namespace", function () {
     await exited;
   }
 
-  function probe(requests: ProbeRequest[], concurrency = 16): Promise<ProbeResult> {
-    const spec = { dialerPort: PREFIX_DIALER_PORT, echoHost, concurrency, requests };
+  function probe(
+    requests: ProbeRequest[],
+    concurrency = 16,
+    target = echoHost,
+  ): Promise<ProbeResult> {
+    const spec = { dialerPort: PREFIX_DIALER_PORT, echoHost: target, concurrency, requests };
     return new Promise((resolve, reject) => {
       const child = spawn(
         "ip",
@@ -264,6 +271,13 @@ describe("prefix dialer in a network namespace", function () {
     await startDialer(["--mode", "sticky"]);
     const again = await probe([{ via: "connect", user: "alice" }], 1);
     assert.equal(again.sources[0], [...byKey.get("user alice")!][0]);
+  });
+
+  it("reaches an IPv4-only destination over IPv4, from the machine's own address", async () => {
+    await startDialer(["--mode", "random"]);
+    const { sources } = await probe([...half(10, "http"), ...half(10, "connect")], 4, IPV4_ECHO);
+    // Inside the namespace the kernel's IPv4 source for a local destination is that address itself.
+    assert.deepEqual(new Set(sources), new Set([IPV4_ECHO]));
   });
 
   it("prints the time the dialer adds to a request against a direct one (not asserted)", async () => {

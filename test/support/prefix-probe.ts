@@ -42,7 +42,8 @@ function headersOf(probe: ProbeRequest): Record<string, string> {
 }
 
 function once(spec: ProbeSpec, echoPort: number, probe: ProbeRequest): Promise<string> {
-  const authority = `[${spec.echoHost}]:${echoPort}`;
+  const host = spec.echoHost.includes(":") ? `[${spec.echoHost}]` : spec.echoHost;
+  const authority = `${host}:${echoPort}`;
   return new Promise((resolve, reject) => {
     const fail = (error: Error) => reject(error);
     if (probe.via === "connect") {
