@@ -189,6 +189,10 @@ class Dialer:
             await answer(writer, error.status, error.text)
         except (ConnectionError, OSError):
             pass
+        except Exception as error:  # noqa: BLE001 - one bad request must not reach the loop's logger
+            # The type only: a message could quote request bytes.
+            print("prefix dialer: internal error (%s)" % type(error).__name__, file=sys.stderr)
+            await answer(writer, 500, "internal error")
         finally:
             for stream in (writer, upstream[1] if upstream else None):
                 if stream is not None:
@@ -206,13 +210,30 @@ class Dialer:
             raise RequestError(502, "name does not resolve")
         addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
         allowed = [address for address in addresses if self.reachable(address)]
-        # IPv6 first: only an IPv6 destination can see the prefix. IPv4-only sites get the machine's address.
-        six = [address for address in allowed if address.version == 6]
-        four = [address for address in allowed if address.version == 4]
+        # IPv6 first: only an IPv6 destination can see the prefix. IPv4-only sites get the machine's
+        # address. An IPv6 connection that fails at once (no route, refused) falls back to IPv4 like
+        # any client trying a name's next address; a timeout does not, so one request waits once.
+        six = [address for address in allowed if address.version == 6][:1]
+        four = [address for address in allowed if address.version == 4][:1]
         if not six and not four:
             raise RequestError(403, "destination not allowed")
-        if six:
-            destination = six[0]
+        for destination in six + four:
+            sock = self.source_socket(destination, key)
+            try:
+                await asyncio.wait_for(loop.sock_connect(sock, (str(destination), port)), self.connect_timeout)
+                return await asyncio.open_connection(sock=sock, limit=HEAD_LIMIT)
+            except asyncio.TimeoutError:
+                sock.close()
+                raise RequestError(504, "upstream connect timed out")
+            except OSError:
+                sock.close()
+        raise RequestError(502, "upstream connect failed")
+
+    def source_socket(self, destination, key):
+        """An unconnected socket: bound to an address of the prefix for IPv6, the kernel's choice for IPv4."""
+        if destination.version == 4:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        else:
             sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
             try:
                 # With IP_FREEBIND the bind works even before the sysctl is applied.
@@ -221,19 +242,8 @@ class Dialer:
             except OSError:
                 sock.close()
                 raise RequestError(502, "cannot bind a source address of the prefix")
-        else:
-            destination = four[0]
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setblocking(False)
-        try:
-            await asyncio.wait_for(loop.sock_connect(sock, (str(destination), port)), self.connect_timeout)
-            return await asyncio.open_connection(sock=sock, limit=HEAD_LIMIT)
-        except asyncio.TimeoutError:
-            sock.close()
-            raise RequestError(504, "upstream connect timed out")
-        except OSError:
-            sock.close()
-            raise RequestError(502, "upstream connect failed")
+        return sock
 
     def reachable(self, address):
         """Never the machine itself: a request back into squid or this dialer would loop."""
@@ -314,7 +324,7 @@ def plain_request(method, target, headers):
 
 
 async def answer(writer, status, text):
-    reasons = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large",
+    reasons = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
                502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
     body = ("prefix dialer: %s\n" % text).encode()
     head = "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (

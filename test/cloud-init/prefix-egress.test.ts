@@ -306,6 +306,56 @@ describe("prefix egress (a routed IPv6 prefix spread over one proxy)", function 
       assert.match(pool.stderr, /--count must be from 1/);
     });
 
+    it("rewrites plain requests for the origin, keys sticky mode and picks sources as documented", () => {
+      const out = JSON.parse(
+        execFileSync(
+          DEBIAN_PYTHON,
+          [join(REPOSITORY, "test", "support", "dialer_units.py"), DIALER_SOURCE],
+          {
+            encoding: "utf8",
+          },
+        ),
+      ) as Record<string, unknown>;
+      // Origin-form, one request per connection, and no credential, hop-by-hop or own header passed on.
+      assert.deepEqual(out.plain, {
+        head: [
+          "GET /a?b=1 HTTP/1.1",
+          "Host: example.com:8080",
+          "Accept: */*",
+          "Connection: close",
+          "",
+          "",
+        ],
+        host: "example.com",
+        port: 8080,
+        body: 0,
+      });
+      assert.deepEqual((out.noHost as { head: string[] }).head[1], "Host: [2001:db8::1]");
+      assert.equal((out.post as { body: number }).body, 5, "exactly Content-Length bytes follow");
+      assert.equal((out.chunked as { body: null }).body, null, "a chunked body streams");
+      assert.deepEqual(out.twoLengths, { status: 400, text: "bad Content-Length" });
+      assert.equal((out.https as { status: number }).status, 400);
+      // The credential's user wins over squid's client header, which wins over the peer address.
+      assert.deepEqual(out.keys, [
+        "user\u0000alice",
+        "client\u000010.0.0.7",
+        "peer\u0000127.0.0.1",
+      ]);
+      // A /124 has 15 sources: every address but the subnet-router anycast one (offset 0).
+      assert.deepEqual(
+        out.randomSmall,
+        Array.from({ length: 15 }, (_, i) => `2001:db8::${(0x11 + i).toString(16)}`),
+      );
+      assert.deepEqual(out.pool, ["2001:db8::1", "2001:db8::2", "2001:db8::3"]);
+      const [first, again, bob, otherPrefix] = out.sticky as string[];
+      assert.equal(first, again, "one user, one address");
+      assert.notEqual(first, bob);
+      assert.ok(
+        otherPrefix!.startsWith("2001:db8:0:1:"),
+        "another proxy's prefix, its own address",
+      );
+    });
+
     it("travels in the packed tarball, where the module finds it relative to dist/", () => {
       const tarball = packRepository(scratch);
       execFileSync("tar", ["-xzf", tarball, "-C", scratch]);
