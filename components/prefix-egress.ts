@@ -228,6 +228,8 @@ export function prefixDialerUnit(settings: PrefixEgressSettings): string {
     "Before=squid.service",
     "",
     "[Service]",
+    // Ready once it listens: squid (Before= below, and runcmd's restart) then finds its parent alive.
+    "Type=notify",
     `ExecStart=/usr/bin/python3 ${DIALER_PATH} --prefix ${prefix} --mode ${settings.mode}${count} --port ${PREFIX_DIALER_PORT}`,
     "Restart=on-failure",
     "RestartSec=2",

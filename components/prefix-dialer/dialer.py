@@ -28,6 +28,7 @@ import asyncio
 import base64
 import hashlib
 import ipaddress
+import os
 import secrets
 import signal
 import socket
@@ -359,6 +360,22 @@ def parse_arguments(argv):
     return arguments
 
 
+def notify_ready():
+    """Tells systemd (Type=notify) that the dialer listens, so squid, ordered after it, finds its parent.
+
+    squid probes its parent once at start and marks it dead when the connection is refused; a
+    dialer still importing would cost the first request. The protocol is one datagram (sd_notify(3)).
+    """
+    path = os.environ.get("NOTIFY_SOCKET")
+    if not path:
+        return
+    if path.startswith("@"):
+        path = "\0" + path[1:]  # an abstract socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as channel:
+        channel.connect(path)
+        channel.sendall(b"READY=1")
+
+
 async def serve(arguments):
     picker = SourcePicker(arguments.prefix, arguments.mode, arguments.count)
     dialer = Dialer(picker, arguments.connect_timeout, arguments.idle_timeout, arguments.max_connections)
@@ -381,6 +398,7 @@ async def serve(arguments):
         file=sys.stderr,
         flush=True,
     )
+    notify_ready()
     await stop
     for server in servers:
         server.close()

@@ -354,6 +354,9 @@ describe("prefix egress (a routed IPv6 prefix spread over one proxy)", function 
         otherPrefix!.startsWith("2001:db8:0:1:"),
         "another proxy's prefix, its own address",
       );
+      // systemd's readiness (Type=notify) once it listens, and a clean exit on SIGTERM.
+      assert.equal(out.notify, "READY=1");
+      assert.equal(out.notifyExit, 0);
     });
 
     it("travels in the packed tarball, where the module finds it relative to dist/", () => {
