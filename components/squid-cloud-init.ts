@@ -12,6 +12,11 @@
 import { isIP } from "node:net";
 import { buildMultipart } from "../provider/nocloud";
 import { htpasswdLine } from "./password-hash";
+import {
+  prefixEgressParts,
+  prefixEgressProblems,
+  type PrefixEgressSettings,
+} from "./prefix-egress";
 
 export const DEFAULT_SQUID_PORT = 3128;
 /** Private ranges: a proxy that answers the whole internet is an open relay. */
@@ -32,6 +37,8 @@ export interface SquidSettings {
   basicAuth?: { user: string; password: string };
   /** squid.conf lines placed before the access rules (so `acl` + `http_access deny` work). */
   extraConfigLines: readonly string[];
+  /** Hook (components/prefix-egress.ts): a routed IPv6 prefix spread over this proxy's outgoing connections. */
+  prefixEgress?: PrefixEgressSettings;
 }
 
 /** Problems with the settings, each naming the field and the fix; empty when fine. */
@@ -66,6 +73,11 @@ export function squidSettingsProblems(settings: SquidSettings, field = "squid"):
         `${field}.extraConfigLines[${index}] must be one line without control characters; give each directive its own entry`,
       );
   });
+  // Hook: prefix egress validates itself (and that squid's port leaves the dialer's free).
+  if (settings.prefixEgress !== undefined)
+    problems.push(
+      ...prefixEgressProblems(settings.prefixEgress, `${field}.prefixEgress`, settings.port),
+    );
   return problems;
 }
 
@@ -101,6 +113,8 @@ export function squidConfig(settings: SquidSettings): string {
       "acl egress_users proxy_auth REQUIRED",
     );
   lines.push(
+    // Hook: with a prefix, every request leaves through the prefix dialer.
+    ...(settings.prefixEgress ? prefixEgressParts(settings.prefixEgress).squidConfigLines : []),
     ...settings.extraConfigLines,
     "http_access deny !Safe_ports",
     settings.basicAuth !== undefined
@@ -146,6 +160,12 @@ export function squidCloudConfig(settings: SquidSettings): string {
       `  - [sh, -c, 'chgrp "$(getent group proxy >/dev/null && echo proxy || echo squid)" ${SQUID_PASSWORD_FILE}']`,
     );
   }
+  // Hook: the prefix dialer's files, and its units started before squid restarts onto it.
+  const prefix = settings.prefixEgress ? prefixEgressParts(settings.prefixEgress) : undefined;
+  if (prefix !== undefined) {
+    files.push(...prefix.writeFiles);
+    commands.push(...prefix.commands);
+  }
   commands.push("  - [systemctl, restart, squid]");
   return [
     "#cloud-config",
@@ -157,6 +177,7 @@ export function squidCloudConfig(settings: SquidSettings): string {
     "    settings: [no_replace, recurse_list]",
     "packages:",
     "  - squid",
+    ...(prefix?.packages ?? []).map((name) => `  - ${name}`),
     "write_files:",
     ...files,
     "runcmd:",

@@ -58,6 +58,7 @@ const LAB_SECONDS: Record<string, number> = {
 /** Quick suites by the seconds they take alone (wall, serial, Node 26, December 2026). */
 const QUICK_SECONDS: Record<string, number> = {
   "cloud-init/nocloud-seed.test.js": 2.3,
+  "cloud-init/prefix-egress.test.js": 5, // npm pack of the repository: 2 s
   "cloud-init/squid-cloud-init.test.js": 1.1,
   "engine/egress.test.js": 1.7,
   "engine/egress-recheck.test.js": 27,
