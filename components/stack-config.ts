@@ -19,7 +19,7 @@ import {
   type BackendPoolSettings,
   type BackendStackSecrets,
 } from "./backends";
-import { closestName, knownKeysAt } from "./config-keys";
+import { describeIssues } from "./config-keys";
 import { placementProblems } from "./placement";
 import type { EgressProxyPoolArgs, PoolBackend } from "./pool";
 import {
@@ -76,60 +76,6 @@ const BACKEND_KINDS = Object.fromEntries(
 ) as Record<string, { schema: z.ZodObject; decided: readonly string[]; shape: string }>;
 
 /**
- * A problem whose message continues the config key ("<key> is not a known
- * setting; ..."), as opposed to one printed as "<key>: <message>".
- */
-const CONTINUES_KEY = { continuesKey: true };
-
-/**
- * zod's issues for one schema, unknown keys spelled out one by one with the
- * closest known key (or, for an input the pool decides, where it is set).
- */
-function describeIssues(
-  issues: readonly z.core.$ZodIssue[],
-  schema: z.ZodType,
-  decidedAt?: { path: readonly PropertyKey[]; keys: readonly string[] },
-): z.core.$ZodRawIssue[] {
-  return issues.flatMap((issue): z.core.$ZodRawIssue[] => {
-    if (issue.code !== "unrecognized_keys")
-      return [
-        {
-          code: "custom",
-          message: issue.message,
-          path: [...issue.path],
-          input: undefined,
-          ...(issue.code === "custom" && issue.params !== undefined
-            ? { params: issue.params }
-            : {}),
-        },
-      ];
-    const known = knownKeysAt(schema, issue.path);
-    const decided =
-      decidedAt !== undefined && samePath(issue.path, decidedAt.path) ? decidedAt.keys : [];
-    return issue.keys.map((key) => ({
-      code: "custom",
-      path: [...issue.path, key],
-      input: undefined,
-      params: CONTINUES_KEY,
-      message: decided.includes(key)
-        ? `is set by the pool for every proxy; ${POOL_DECIDED_ADVICE[key] ?? "remove it"}`
-        : unknownKeyAdvice(key, known),
-    }));
-  });
-}
-
-function unknownKeyAdvice(key: string, known: readonly string[]): string {
-  const guess = closestName(key, known);
-  if (guess !== undefined) return `is not a known setting; did you mean ${guess}?`;
-  return known.length === 0
-    ? "is not a known setting; remove it"
-    : `is not a known setting; remove it (the settings here are ${known.join(", ")})`;
-}
-
-const samePath = (a: readonly PropertyKey[], b: readonly PropertyKey[]) =>
-  a.length === b.length && a.every((part, index) => part === b[index]);
-
-/**
  * Picks the backend's schema by its key, so a mistake inside `proxmox` is
  * reported at its own path instead of as "matches neither kind".
  */
@@ -151,6 +97,7 @@ const backendSchema = z.unknown().pipe(
       for (const issue of describeIssues(result.error.issues, kind.schema, {
         path: [kinds[0]!],
         keys: kind.decided,
+        advice: POOL_DECIDED_ADVICE,
       }))
         context.addIssue(issue);
   }),

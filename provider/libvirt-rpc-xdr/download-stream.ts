@@ -36,14 +36,6 @@ export class DownloadMachine extends StreamMachine<DownloadPhase> {
     sink.on("error", this.onSinkError);
   }
 
-  protected get finished(): boolean {
-    return this.phase === "done" || this.phase === "failed";
-  }
-
-  protected markFinished(outcome: "done" | "failed"): void {
-    this.phase = outcome;
-  }
-
   onReply(packet: Packet): void {
     if (this.handleLateReply(packet)) return;
     if (this.phase !== "awaiting-reply") return;

@@ -13,22 +13,20 @@ import {
   REMOTE_PROGRAM,
   REMOTE_PROTOCOL_VERSION,
 } from "./constants";
-import { RemoteTypes } from "./structs";
-import type { XdrReader, XdrWriter } from "./xdr";
-import * as t from "./xdr-types";
-
-const {
-  remoteString,
-  optionalString,
-  uuid,
+import {
+  dhcpLease,
   domain,
+  domainInterface,
+  hostInterface,
   network,
+  optionalString,
+  remoteString,
   storagePool,
   storageVol,
-  hostInterface,
-  domainInterface,
-  dhcpLease,
-} = RemoteTypes;
+  uuid,
+} from "./structs";
+import type { XdrReader, XdrWriter } from "./xdr";
+import * as t from "./xdr-types";
 
 /** How a procedure's body is laid out; `stream` marks procedures followed by a data stream. */
 export interface Procedure<Args, Ret> {

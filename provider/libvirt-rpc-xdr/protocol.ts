@@ -7,5 +7,18 @@
  * files (test/data/libvirt/) and compares every number and layout with them.
  */
 export * from "./constants";
-export * from "./structs";
+// The struct values one by one are for procedures.ts; the public face is RemoteTypes.
+export {
+  RemoteTypes,
+  decodeLibvirtError,
+  readRemoteError,
+  writeRemoteError,
+  type DhcpLease,
+  type DomainHandle,
+  type DomainInterface,
+  type InterfaceHandle,
+  type NetworkHandle,
+  type StoragePoolHandle,
+  type StorageVolHandle,
+} from "./structs";
 export * from "./procedures";

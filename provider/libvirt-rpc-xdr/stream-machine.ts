@@ -61,8 +61,15 @@ export abstract class StreamMachine<Phase extends string> implements SerialHandl
     return this.finished && this.abortOnLateReply;
   }
 
-  protected abstract get finished(): boolean;
-  protected abstract markFinished(outcome: "done" | "failed"): void;
+  protected get finished(): boolean {
+    return this.phase === "done" || this.phase === "failed";
+  }
+
+  private markFinished(outcome: "done" | "failed"): void {
+    // Every machine's phases end in "done" or "failed" (UploadPhase, DownloadPhase).
+    this.phase = outcome as Phase;
+  }
+
   protected abstract cleanup(): void;
   abstract onReply(packet: Packet): void;
   abstract onStream(packet: Packet): void;

@@ -10,20 +10,20 @@ import * as t from "./xdr-types";
 
 const UUID_LENGTH = 16;
 /** remote_nonnull_string */
-const remoteString = t.string(Limits.stringMax);
+export const remoteString = t.string(Limits.stringMax);
 /** remote_string: a string that may be NULL. */
-const optionalString = t.optional(remoteString);
+export const optionalString = t.optional(remoteString);
 /** remote_uuid */
-const uuid = t.fixedOpaque(UUID_LENGTH);
+export const uuid = t.fixedOpaque(UUID_LENGTH);
 
 /** remote_nonnull_domain. The qemu driver resolves it by UUID. */
-const domain = t.struct("remote_nonnull_domain", { name: remoteString, uuid, id: t.int });
+export const domain = t.struct("remote_nonnull_domain", { name: remoteString, uuid, id: t.int });
 /** remote_nonnull_network */
-const network = t.struct("remote_nonnull_network", { name: remoteString, uuid });
+export const network = t.struct("remote_nonnull_network", { name: remoteString, uuid });
 /** remote_nonnull_storage_pool */
-const storagePool = t.struct("remote_nonnull_storage_pool", { name: remoteString, uuid });
+export const storagePool = t.struct("remote_nonnull_storage_pool", { name: remoteString, uuid });
 /** remote_nonnull_storage_vol, resolved by pool + name. */
-const storageVol = t.struct("remote_nonnull_storage_vol", {
+export const storageVol = t.struct("remote_nonnull_storage_vol", {
   pool: remoteString,
   name: remoteString,
   key: remoteString,
@@ -35,7 +35,7 @@ export type StorageVolHandle = t.StructOut<typeof storageVol.members>;
 export type NetworkHandle = t.StructOut<typeof network.members>;
 
 /** remote_nonnull_interface: a host interface (bridge, NIC) as libvirt's interface driver lists it. */
-const hostInterface = t.struct("remote_nonnull_interface", {
+export const hostInterface = t.struct("remote_nonnull_interface", {
   name: remoteString,
   mac: remoteString,
 });
@@ -48,7 +48,7 @@ const domainIpAddr = t.struct("remote_domain_ip_addr", {
   prefix: t.uint,
 });
 /** remote_domain_interface */
-const domainInterface = t.struct("remote_domain_interface", {
+export const domainInterface = t.struct("remote_domain_interface", {
   name: remoteString,
   hwaddr: optionalString,
   addrs: t.array(domainIpAddr, Limits.addressesMax),
@@ -56,7 +56,7 @@ const domainInterface = t.struct("remote_domain_interface", {
 export type DomainInterface = t.StructOut<typeof domainInterface.members>;
 
 /** remote_network_dhcp_lease */
-const dhcpLease = t.struct("remote_network_dhcp_lease", {
+export const dhcpLease = t.struct("remote_network_dhcp_lease", {
   iface: remoteString,
   expirytime: t.hyper,
   type: t.int,

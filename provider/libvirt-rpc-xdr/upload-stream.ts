@@ -125,14 +125,6 @@ export class UploadMachine extends StreamMachine<UploadPhase> {
     source.on("close", this.onClose);
   }
 
-  protected get finished(): boolean {
-    return this.phase === "done" || this.phase === "failed";
-  }
-
-  protected markFinished(outcome: "done" | "failed"): void {
-    this.phase = outcome;
-  }
-
   onReply(packet: Packet): void {
     if (this.handleLateReply(packet)) return;
     if (this.phase !== "awaiting-reply") return;
