@@ -17,7 +17,15 @@ import {
   proxyUrlSchemaFor,
   staticProxyInputsSchema,
 } from "../provider/static/schema";
-import type { PlacedProxy } from "./placement";
+import {
+  backendSettingsSchema,
+  IPV4,
+  lifecycleOf,
+  vmMember,
+  type PoolBackendKind,
+  type PoolSetting,
+  type StackSecret,
+} from "./backend-kind";
 
 /** Debian 12's official cloud image: has cloud-init, and squid in its archive. */
 export const DEFAULT_KVM_IMAGE = {
@@ -58,142 +66,46 @@ export type ProxmoxBackendSettings = Omit<
   (typeof POOL_DECIDED_PROXMOX_INPUTS)[number]
 >;
 
-/** What the pool decides for every proxy, handed to each backend's `declare`. */
-export interface PoolDecisions {
-  machine?: { cpus?: number; memoryMiB?: number; diskGiB?: number };
+/**
+ * The KVM kind's pool-wide settings. `kvmImage` is public and frozen: it is
+ * an EgressProxyPoolArgs input and a key of the stack config's `pool` object
+ * (Pulumi.<stack>.yaml files carry it), so it keeps its KVM name there.
+ */
+export interface KvmPoolSettings {
+  /** Default image for KVM backends. */
   kvmImage?: KvmProxyArgs["image"];
-  tags?: string[];
-  /** squid's cloud-init (secret). */
-  userData: pulumi.Output<string>;
-  readiness: { mode: "port" | "address" | "none"; port: number };
-  egressCheck: KvmProxyArgs["egressCheck"];
-  /** The squid port every VM proxy listens on. */
-  port: number;
-  /** squid's basic auth, for the URLs with credentials. */
-  basicAuth?: { user: string; password: pulumi.Output<string> };
-  /** The pool's `rotate`: member key → rotation text (a VM member is replaced when its text changes). */
-  rotate?: Record<string, string>;
-  /** Re-check every member's egress on refresh (the members' `egressRecheck`). */
-  egressRecheck: boolean;
-  /** The members' `rotateAfterDays`, when the pool rotates by age. */
-  rotateAfterDays?: number;
-  parent: pulumi.Resource;
 }
 
-/** What the pool needs from each proxy, whatever its backend. */
-export interface PoolMember {
-  resource: pulumi.CustomResource;
-  /** The VM's name; for a proxy without a VM, the name it is known by. */
-  vmName: pulumi.Output<string>;
-  host: pulumi.Output<string>;
-  ip: pulumi.Output<string | null>;
-  egressIp: pulumi.Output<string | null | undefined>;
-  checkedAt: pulumi.Output<string | null | undefined>;
-  /** What the last egress re-check found wrong; null or undefined when it passed or none ran. */
-  egressProblem: pulumi.Output<{ reason: string } | null | undefined>;
-  /** When the VM was created (its mark); null for a proxy without a VM. */
-  createdAt: pulumi.Output<string | null | undefined>;
-  /** The resource's `state` output as the last create or refresh found it ("running", "stopped", …). */
-  state: pulumi.Output<string | undefined>;
-  /** The proxy URL without credentials, null while the address is unknown. */
-  endpoint: pulumi.Output<string | null>;
-  /** The URL a client can use as it is (with credentials when it needs them); secret when it has some. */
-  endpointWithCredentials: pulumi.Output<string | null>;
-  /** An IPv4 address serving on the pool's port, for the Kubernetes Service; null when there is none. */
-  serviceAddress: pulumi.Output<string | null>;
+/**
+ * The KVM kind's stack-config secrets. `egress-proxies:kvmPrivateKey` is
+ * frozen: stacks set it, and KvmProxy's provider config reads the same key
+ * (provider/kvm/connect.ts), so one setting serves the program and the provider.
+ */
+export interface KvmStackSecrets {
+  /** `egress-proxies:kvmPrivateKey` (secret): used for every KVM backend without its own key. */
+  kvmPrivateKey?: string;
 }
 
-export interface PoolBackendKind<Settings> {
-  /** The key that holds this kind's settings in a pool backend and in stack config. */
-  key: string;
-  /** How a message names such a backend: "a KVM host". */
-  describes: string;
-  /** What `proxies[].kind` says. */
-  kind: string;
-  /** Inputs the pool decides (stack config refuses them on a backend, saying where they are set). */
-  decided: readonly string[];
-  /** The stack-config schema of the settings: the resource's own inputs, minus what the pool decides. */
-  configSchema: z.ZodObject;
-  /** The stack config's message when the settings are not an object. */
-  configShape: string;
-  /** The most proxies a backend of this kind can hold (a static one: its URLs); undefined: no limit. */
-  capacity(settings: Settings): number | undefined;
-  /** Shared stack-config secrets folded into a backend's settings. */
-  withStackSecrets?(
-    settings: Settings,
-    secrets: { kvmPrivateKey?: pulumi.Input<string> },
-  ): Settings;
-  /** Declares the proxy's resource (the pool's child) and says what the pool publishes of it. */
-  declare(
-    resourceName: string,
-    settings: Settings,
-    proxy: PlacedProxy,
-    pool: PoolDecisions,
-  ): PoolMember;
-}
+const kvmPoolSettings = {
+  // KvmProxy's own image schema; its messages say `image.`, reported under this key.
+  kvmImage: { schema: kvmProxyInputsSchema.shape.image.optional(), messagesName: "image" },
+} satisfies Record<keyof KvmPoolSettings, PoolSetting>;
 
-/** `http://[user:password@]ip:port`, IPv6 in brackets, credentials percent-encoded. */
-export function proxyUrl(
-  ip: string,
-  port: number,
-  credentials?: { user: string; password: string },
-): string {
-  const host = ip.includes(":") ? `[${ip}]` : ip;
-  const userinfo =
-    credentials === undefined
-      ? ""
-      : `${encodeURIComponent(credentials.user)}:${encodeURIComponent(credentials.password)}@`;
-  return `http://${userinfo}${host}:${port}`;
-}
+const kvmPrivateKey: StackSecret<KvmBackendSettings> & { name: keyof KvmStackSecrets } = {
+  name: "kvmPrivateKey",
+  problem: (text: string, key: string) =>
+    connectionSchema.shape.privateKey.safeParse(text).success
+      ? undefined
+      : `${key} must be the private key's text (-----BEGIN ... PRIVATE KEY-----), not a path; ` +
+        `set it from the file: \`pulumi config set --secret ${key} < ~/.ssh/id_ed25519\``,
+  fold(settings: KvmBackendSettings, value: pulumi.Input<string>): KvmBackendSettings {
+    const connection = settings.connection as Record<string, unknown> | undefined;
+    if (connection === undefined || connection.privateKey !== undefined) return settings;
+    return { ...settings, connection: { ...connection, privateKey: value } as never };
+  },
+};
 
-const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
-
-/** The member of a VM backend: squid on the pool's port at the VM's address. */
-function vmMember(
-  resource: KvmProxy | ProxmoxProxy,
-  pool: PoolDecisions,
-): Omit<PoolMember, "resource"> {
-  const { port, basicAuth } = pool;
-  const endpoint = resource.ip.apply((ip) => (ip ? proxyUrl(ip, port) : null));
-  return {
-    vmName: resource.vmName,
-    host: resource.host,
-    ip: resource.ip,
-    egressIp: resource.egressIp,
-    checkedAt: resource.checkedAt,
-    egressProblem: resource.egressProblem,
-    createdAt: resource.createdAt,
-    state: resource.state,
-    endpoint,
-    endpointWithCredentials:
-      basicAuth === undefined
-        ? endpoint
-        : pulumi
-            .secret(pulumi.all([resource.ip, basicAuth.password]))
-            .apply(([ip, password]) =>
-              ip ? proxyUrl(ip, port, { user: basicAuth.user, password }) : null,
-            ),
-    serviceAddress: resource.ip.apply((ip) => (ip && IPV4.test(ip) ? ip : null)),
-  };
-}
-
-/** Set by the resource itself, never by its user. */
-const RESOURCE_SET_INPUTS = ["owner", "vmNameChosenBy"];
-
-/** A resource's input schema minus what the pool or the resource decides: what a backend may set. */
-export function backendSettingsSchema(
-  inputs: z.ZodObject,
-  decided: readonly string[],
-  error: string,
-): z.ZodObject {
-  const excluded = new Set([...decided, ...RESOURCE_SET_INPUTS]);
-  const shape = Object.fromEntries(
-    Object.entries(inputs.shape).filter(([key]) => !excluded.has(key)),
-  ) as z.ZodRawShape;
-  return z.strictObject(shape, { error });
-}
-
-const kvm: PoolBackendKind<KvmBackendSettings> = {
+const kvm: PoolBackendKind<KvmBackendSettings, KvmPoolSettings> = {
   key: "kvm",
   describes: "a KVM host",
   kind: "kvm",
@@ -206,12 +118,8 @@ const kvm: PoolBackendKind<KvmBackendSettings> = {
   ).extend({ image: kvmProxyInputsSchema.shape.image.optional() }),
   configShape: "{ name, kvm: {...} }",
   capacity: () => undefined,
-  withStackSecrets(settings, { kvmPrivateKey }) {
-    const connection = settings.connection as Record<string, unknown> | undefined;
-    if (connection === undefined || connection.privateKey !== undefined || !kvmPrivateKey)
-      return settings;
-    return { ...settings, connection: { ...connection, privateKey: kvmPrivateKey } as never };
-  },
+  poolSettings: kvmPoolSettings,
+  stackSecrets: [kvmPrivateKey],
   declare(resourceName, settings, proxy, pool) {
     const resource = new KvmProxy(
       resourceName,
@@ -220,7 +128,7 @@ const kvm: PoolBackendKind<KvmBackendSettings> = {
         vcpus: settings.vcpus ?? pool.machine?.cpus,
         memoryMiB: settings.memoryMiB ?? pool.machine?.memoryMiB,
         diskGiB: settings.diskGiB ?? pool.machine?.diskGiB,
-        image: settings.image ?? pool.kvmImage ?? DEFAULT_KVM_IMAGE,
+        image: settings.image ?? pool.poolSettings.kvmImage ?? DEFAULT_KVM_IMAGE,
         userData: pool.userData,
         readiness: pool.readiness,
         egressCheck: pool.egressCheck,
@@ -231,19 +139,6 @@ const kvm: PoolBackendKind<KvmBackendSettings> = {
     return { resource, ...vmMember(resource, pool) };
   },
 };
-
-/**
- * A VM member's rotation input only when the pool's `rotate` names it, and
- * rotateAfterDays only when the pool sets it (unset otherwise: no diff).
- */
-const lifecycleOf = (
-  pool: PoolDecisions,
-  key: string,
-): { rotation?: string; egressRecheck: boolean; rotateAfterDays?: number } => ({
-  egressRecheck: pool.egressRecheck,
-  ...(pool.rotate?.[key] === undefined ? {} : { rotation: pool.rotate[key] }),
-  ...(pool.rotateAfterDays === undefined ? {} : { rotateAfterDays: pool.rotateAfterDays }),
-});
 
 const proxmox: PoolBackendKind<ProxmoxBackendSettings> = {
   key: "proxmox",
@@ -387,6 +282,8 @@ export interface BackendPlacement {
 
 /** One backend of a pool: placement plus exactly one kind's settings under its key. */
 export type BackendOf<K extends BackendKey> = BackendPlacement & { [P in K]: SettingsOf<P> };
+export type KvmBackend = BackendOf<"kvm">;
+export type ProxmoxBackend = BackendOf<"proxmox">;
 export type AnyPoolBackend = { [K in BackendKey]: BackendOf<K> }[BackendKey];
 
 /** The kind keys present on a backend (exactly one in a valid one). */
@@ -415,5 +312,25 @@ export function backendKeyList(conjunction = "or"): string {
     : `${BACKEND_KEYS.slice(0, -1).join(", ")} ${conjunction} ${BACKEND_KEYS.at(-1)}`;
 }
 
-/** The SSH key schema stack config checks `kvmPrivateKey` with (KvmProxy's own). */
-export const kvmPrivateKeySchema = connectionSchema.shape.privateKey;
+/**
+ * The pool-wide settings of every kind (keys of EgressProxyPoolArgs and of the
+ * stack config's `pool` object): one interface per kind, joined here.
+ */
+export type BackendPoolSettings = KvmPoolSettings;
+
+/** The stack-config secrets of every kind (keys of RawStackConfig), joined here. */
+export type BackendStackSecrets = KvmStackSecrets;
+
+/** Each kind's pool-wide settings by name, for the stack config's schema (kinds without any add none). */
+export const BACKEND_POOL_SETTINGS = { ...kvmPoolSettings };
+
+/** Every kind's stack-config secrets, with the key of the kind that owns each. */
+export const BACKEND_STACK_SECRETS: ReadonlyArray<{
+  key: BackendKey;
+  secret: StackSecret<unknown>;
+}> = BACKEND_KEYS.flatMap((key) =>
+  ((POOL_BACKENDS[key] as PoolBackendKind<unknown>).stackSecrets ?? []).map((secret) => ({
+    key,
+    secret,
+  })),
+);

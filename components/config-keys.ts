@@ -1,8 +1,9 @@
 /**
  * Unknown keys in stack config: which keys a zod schema knows at a path, and
- * which of them the user most likely meant. Pure; used by stack-config.ts so
- * that `kvm: { netwrok: ... }` is answered with "did you mean network?"
- * instead of a later failure naming a property the user never wrote.
+ * which of them the user most likely meant, and zod's issues told so. Pure;
+ * used by stack-config.ts so that `kvm: { netwrok: ... }` is answered with
+ * "did you mean network?" instead of a later failure naming a property the
+ * user never wrote.
  */
 import type { z } from "zod";
 
@@ -91,3 +92,62 @@ function editDistance(a: string, b: string): number {
     }
   return rows[a.length]![b.length]!;
 }
+
+/**
+ * A problem whose message continues the config key ("<key> is not a known
+ * setting; ..."), as opposed to one printed as "<key>: <message>".
+ */
+const CONTINUES_KEY = { continuesKey: true };
+
+/**
+ * zod's issues for one schema, unknown keys spelled out one by one with the
+ * closest known key (or, for an input the pool decides, where it is set).
+ */
+export function describeIssues(
+  issues: readonly z.core.$ZodIssue[],
+  schema: z.ZodType,
+  decidedAt?: {
+    path: readonly PropertyKey[];
+    keys: readonly string[];
+    /** What to do instead, by key; "remove it" when a key has none. */
+    advice: Readonly<Record<string, string>>;
+  },
+): z.core.$ZodRawIssue[] {
+  return issues.flatMap((issue): z.core.$ZodRawIssue[] => {
+    if (issue.code !== "unrecognized_keys")
+      return [
+        {
+          code: "custom",
+          message: issue.message,
+          path: [...issue.path],
+          input: undefined,
+          ...(issue.code === "custom" && issue.params !== undefined
+            ? { params: issue.params }
+            : {}),
+        },
+      ];
+    const known = knownKeysAt(schema, issue.path);
+    const decided =
+      decidedAt !== undefined && samePath(issue.path, decidedAt.path) ? decidedAt.keys : [];
+    return issue.keys.map((key) => ({
+      code: "custom",
+      path: [...issue.path, key],
+      input: undefined,
+      params: CONTINUES_KEY,
+      message: decided.includes(key)
+        ? `is set by the pool for every proxy; ${decidedAt!.advice[key] ?? "remove it"}`
+        : unknownKeyAdvice(key, known),
+    }));
+  });
+}
+
+function unknownKeyAdvice(key: string, known: readonly string[]): string {
+  const guess = closestName(key, known);
+  if (guess !== undefined) return `is not a known setting; did you mean ${guess}?`;
+  return known.length === 0
+    ? "is not a known setting; remove it"
+    : `is not a known setting; remove it (the settings here are ${known.join(", ")})`;
+}
+
+const samePath = (a: readonly PropertyKey[], b: readonly PropertyKey[]) =>
+  a.length === b.length && a.every((part, index) => part === b[index]);

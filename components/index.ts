@@ -4,22 +4,19 @@ export * from "../provider";
 export {
   EgressProxyPool,
   EGRESS_PROXY_POOL_TYPE,
-  DEFAULT_KVM_IMAGE,
   PoolArgsError,
   poolArgsProblems,
   proxyUrl,
 } from "./pool";
+export type { EgressProxyPoolArgs, PoolBackend, ProxyDetails, SquidArgs } from "./pool";
+export { DEFAULT_KVM_IMAGE } from "./backends";
 export type {
-  EgressProxyPoolArgs,
   KvmBackend,
   KvmBackendSettings,
-  PoolBackend,
   ProxmoxBackend,
   ProxmoxBackendSettings,
-  ProxyDetails,
-  SquidArgs,
-} from "./pool";
-export type { StaticBackendSettings } from "./backends";
+  StaticBackendSettings,
+} from "./backends";
 export { placeProxies, proxiesPerBackend, PlacementError } from "./placement";
 export type { PlacedProxy, PlacementBackend } from "./placement";
 export { KubernetesPackageMissingError } from "./kubernetes";

@@ -6,15 +6,14 @@
  */
 import * as pulumi from "@pulumi/pulumi";
 import { egressCheckSchema } from "../provider/common/egress";
-import type { KvmProxyArgs } from "../provider/kvm/resource";
+import type { EgressCheckArgs } from "../provider/common/resource-props";
+import type { PoolDecisions, PoolMember } from "./backend-kind";
 import {
   backendKeyList,
   backendKeysOf,
   kindOf,
   type AnyPoolBackend,
-  type BackendOf,
-  type PoolDecisions,
-  type PoolMember,
+  type BackendPoolSettings,
 } from "./backends";
 import {
   assertKubernetesAvailable,
@@ -30,7 +29,12 @@ import {
   type EgressGroup,
 } from "./egress-diversity";
 import { checkExporterArgsProblems } from "./kubernetes-exporter";
-import { placeProxies, placementProblems, type PlacementBackend } from "./placement";
+import {
+  placeProxies,
+  placementProblems,
+  type PlacedProxy,
+  type PlacementBackend,
+} from "./placement";
 import { publishedReadiness, type EndpointCheck } from "./published-checks";
 import {
   DEFAULT_ALLOWED_CLIENT_CIDRS,
@@ -41,21 +45,22 @@ import {
   type SquidSettings,
 } from "./squid-cloud-init";
 
+export { proxyUrl } from "./backend-kind";
+// The registry's names, still exported from this module where earlier code imported them (the
+// package has no exports map, so `egress-proxies/dist/components/pool` is a path users can require).
 export {
   DEFAULT_KVM_IMAGE,
   POOL_DECIDED_KVM_INPUTS,
   POOL_DECIDED_PROXMOX_INPUTS,
-  proxyUrl,
+  type KvmBackend,
   type KvmBackendSettings,
+  type ProxmoxBackend,
   type ProxmoxBackendSettings,
 } from "./backends";
 
-/** Frozen: renaming the type would replace every pool (and so every VM) in existing stacks. */
 /** FROZEN: the component's type token is in every child's URN; a rename replaces the whole pool. */
 export const EGRESS_PROXY_POOL_TYPE = "egress-proxies:index:EgressProxyPool";
 
-export type KvmBackend = BackendOf<"kvm">;
-export type ProxmoxBackend = BackendOf<"proxmox">;
 /** One backend of the pool: a name, its placement, and one kind's settings (components/backends.ts). */
 export type PoolBackend = AnyPoolBackend;
 
@@ -70,14 +75,17 @@ export interface SquidArgs {
   extraConfigLines?: string[];
 }
 
-export interface EgressProxyPoolArgs {
+/**
+ * The pool's arguments: its own, and the pool-wide settings of each backend
+ * kind (`BackendPoolSettings`, e.g. `kvmImage`), which the kinds' entries in
+ * components/backends.ts declare and read.
+ */
+export interface EgressProxyPoolArgs extends BackendPoolSettings {
   backends: PoolBackend[];
   /** Total number of proxies, split by weight over backends without their own count. */
   count?: number;
   /** Machine size for every proxy unless a backend sets its own. */
   machine?: { cpus?: number; memoryMiB?: number; diskGiB?: number };
-  /** Default image for KVM backends. */
-  kvmImage?: KvmProxyArgs["image"];
   squid?: SquidArgs;
   /**
    * More cloud-init, any format cloud-init accepts. It is not merged into the
@@ -280,26 +288,8 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       args.backends.map((backend) => placementOf(backend, backendKeysOf(backend))),
       args.count,
     );
-    const port = args.squid?.port ?? DEFAULT_SQUID_PORT;
-    const basicAuth = args.squid?.basicAuth;
-    const password = basicAuth === undefined ? undefined : pulumi.secret(basicAuth.password);
-    const decisions: PoolDecisions = {
-      machine: args.machine,
-      kvmImage: args.kvmImage,
-      tags: args.tags,
-      userData: this.userData(args, password),
-      readiness: { mode: args.readiness?.mode ?? "port", port },
-      egressCheck: this.egressCheck(args),
-      rotate: args.rotate,
-      egressRecheck: args.recheckEgress ?? true,
-      ...(args.rotateAfterDays === undefined ? {} : { rotateAfterDays: args.rotateAfterDays }),
-      port,
-      basicAuth:
-        basicAuth === undefined || password === undefined
-          ? undefined
-          : { user: basicAuth.user, password },
-      parent: this,
-    };
+    const decisions = this.decisions(args);
+    const port = decisions.port;
     const backendsByName = new Map(args.backends.map((backend) => [backend.name, backend]));
 
     const children = new Map<string, pulumi.CustomResource>();
@@ -310,49 +300,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       const member = kind.declare(`${name}-${proxy.key}`, settings, proxy, decisions);
       children.set(proxy.key, member.resource);
       members.push(member);
-      const checked = args.egressCheck !== undefined || (args.readiness?.mode ?? "port") === "port";
-      details.push(
-        pulumi
-          .all([
-            member.vmName,
-            member.host,
-            member.ip,
-            member.resource.id,
-            member.egressIp,
-            member.checkedAt,
-            member.endpoint,
-            pulumi.all([member.state, member.egressProblem, member.createdAt]),
-          ])
-          .apply(
-            ([
-              vmName,
-              host,
-              ip,
-              id,
-              egressIp,
-              checkedAt,
-              endpoint,
-              [state, problem, createdAt],
-            ]) => ({
-              name: proxy.key,
-              backend: proxy.backend,
-              kind: kind.kind,
-              vmName,
-              host,
-              ip: ip ?? null,
-              id,
-              endpoint: endpoint ?? null,
-              // Absent in state written before the egress check existed.
-              egressIp: egressIp ?? null,
-              checkedAt: checkedAt ?? null,
-              egressProblem: problem?.reason ?? null,
-              createdAt: createdAt ?? null,
-              rotateAfter: rotateAfterOf(createdAt, args.rotateAfterDays),
-              ready: publishedReadiness(state, checkedAt, checked, problem),
-              state: state ?? null,
-            }),
-          ),
-      );
+      details.push(proxyDetailsOf(member, proxy, kind.kind, args));
     }
 
     this.port = port;
@@ -396,6 +344,30 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     });
   }
 
+  /** What the pool decides for every proxy (components/backend-kind.ts, PoolDecisions). */
+  private decisions(args: EgressProxyPoolArgs): PoolDecisions<EgressProxyPoolArgs> {
+    const port = args.squid?.port ?? DEFAULT_SQUID_PORT;
+    const basicAuth = args.squid?.basicAuth;
+    const password = basicAuth === undefined ? undefined : pulumi.secret(basicAuth.password);
+    return {
+      machine: args.machine,
+      poolSettings: args,
+      tags: args.tags,
+      userData: this.userData(args, password),
+      readiness: { mode: args.readiness?.mode ?? "port", port },
+      egressCheck: this.egressCheck(args),
+      rotate: args.rotate,
+      egressRecheck: args.recheckEgress ?? true,
+      ...(args.rotateAfterDays === undefined ? {} : { rotateAfterDays: args.rotateAfterDays }),
+      port,
+      basicAuth:
+        basicAuth === undefined || password === undefined
+          ? undefined
+          : { user: basicAuth.user, password },
+      parent: this,
+    };
+  }
+
   /** Groups by egress address; shared addresses warn in `pulumi up`, or fail with requireDistinctEgress. */
   private egressGroups(
     name: string,
@@ -429,7 +401,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
   }
 
   /** The pool's egress check, with squid's basic auth so the request is let through. */
-  private egressCheck(args: EgressProxyPoolArgs): KvmProxyArgs["egressCheck"] {
+  private egressCheck(args: EgressProxyPoolArgs): EgressCheckArgs | undefined {
     if (args.egressCheck === undefined) return undefined;
     const basicAuth = args.squid?.basicAuth;
     return {
@@ -468,4 +440,45 @@ function endpointChecks(proxies: readonly ProxyDetails[]): EndpointCheck[] {
           },
         ],
   );
+}
+
+/** What `proxies` says about one member, once its outputs are known. */
+function proxyDetailsOf(
+  member: PoolMember,
+  proxy: PlacedProxy,
+  kind: string,
+  args: EgressProxyPoolArgs,
+): pulumi.Output<ProxyDetails> {
+  const checked = args.egressCheck !== undefined || (args.readiness?.mode ?? "port") === "port";
+  return pulumi
+    .all([
+      member.vmName,
+      member.host,
+      member.ip,
+      member.resource.id,
+      member.egressIp,
+      member.checkedAt,
+      member.endpoint,
+      pulumi.all([member.state, member.egressProblem, member.createdAt]),
+    ])
+    .apply(
+      ([vmName, host, ip, id, egressIp, checkedAt, endpoint, [state, problem, createdAt]]) => ({
+        name: proxy.key,
+        backend: proxy.backend,
+        kind,
+        vmName,
+        host,
+        ip: ip ?? null,
+        id,
+        endpoint: endpoint ?? null,
+        // Absent in state written before the egress check existed.
+        egressIp: egressIp ?? null,
+        checkedAt: checkedAt ?? null,
+        egressProblem: problem?.reason ?? null,
+        createdAt: createdAt ?? null,
+        rotateAfter: rotateAfterOf(createdAt, args.rotateAfterDays),
+        ready: publishedReadiness(state, checkedAt, checked, problem),
+        state: state ?? null,
+      }),
+    );
 }

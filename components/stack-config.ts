@@ -7,17 +7,19 @@
  */
 import type * as pulumi from "@pulumi/pulumi";
 import { z } from "zod";
-import { kvmProxyInputsSchema } from "../provider/kvm/schema";
+import type { PoolBackendKind, PoolSetting } from "./backend-kind";
 import {
   BACKEND_KEYS,
+  BACKEND_POOL_SETTINGS,
+  BACKEND_STACK_SECRETS,
   backendKeyList,
   backendKeysOf,
   kindOf,
-  kvmPrivateKeySchema,
   POOL_BACKENDS,
-  type PoolBackendKind,
+  type BackendPoolSettings,
+  type BackendStackSecrets,
 } from "./backends";
-import { closestName, knownKeysAt } from "./config-keys";
+import { describeIssues } from "./config-keys";
 import { placementProblems } from "./placement";
 import type { EgressProxyPoolArgs, PoolBackend } from "./pool";
 import {
@@ -74,60 +76,6 @@ const BACKEND_KINDS = Object.fromEntries(
 ) as Record<string, { schema: z.ZodObject; decided: readonly string[]; shape: string }>;
 
 /**
- * A problem whose message continues the config key ("<key> is not a known
- * setting; ..."), as opposed to one printed as "<key>: <message>".
- */
-const CONTINUES_KEY = { continuesKey: true };
-
-/**
- * zod's issues for one schema, unknown keys spelled out one by one with the
- * closest known key (or, for an input the pool decides, where it is set).
- */
-function describeIssues(
-  issues: readonly z.core.$ZodIssue[],
-  schema: z.ZodType,
-  decidedAt?: { path: readonly PropertyKey[]; keys: readonly string[] },
-): z.core.$ZodRawIssue[] {
-  return issues.flatMap((issue): z.core.$ZodRawIssue[] => {
-    if (issue.code !== "unrecognized_keys")
-      return [
-        {
-          code: "custom",
-          message: issue.message,
-          path: [...issue.path],
-          input: undefined,
-          ...(issue.code === "custom" && issue.params !== undefined
-            ? { params: issue.params }
-            : {}),
-        },
-      ];
-    const known = knownKeysAt(schema, issue.path);
-    const decided =
-      decidedAt !== undefined && samePath(issue.path, decidedAt.path) ? decidedAt.keys : [];
-    return issue.keys.map((key) => ({
-      code: "custom",
-      path: [...issue.path, key],
-      input: undefined,
-      params: CONTINUES_KEY,
-      message: decided.includes(key)
-        ? `is set by the pool for every proxy; ${POOL_DECIDED_ADVICE[key] ?? "remove it"}`
-        : unknownKeyAdvice(key, known),
-    }));
-  });
-}
-
-function unknownKeyAdvice(key: string, known: readonly string[]): string {
-  const guess = closestName(key, known);
-  if (guess !== undefined) return `is not a known setting; did you mean ${guess}?`;
-  return known.length === 0
-    ? "is not a known setting; remove it"
-    : `is not a known setting; remove it (the settings here are ${known.join(", ")})`;
-}
-
-const samePath = (a: readonly PropertyKey[], b: readonly PropertyKey[]) =>
-  a.length === b.length && a.every((part, index) => part === b[index]);
-
-/**
  * Picks the backend's schema by its key, so a mistake inside `proxmox` is
  * reported at its own path instead of as "matches neither kind".
  */
@@ -149,10 +97,20 @@ const backendSchema = z.unknown().pipe(
       for (const issue of describeIssues(result.error.issues, kind.schema, {
         path: [kinds[0]!],
         keys: kind.decided,
+        advice: POOL_DECIDED_ADVICE,
       }))
         context.addIssue(issue);
   }),
 );
+
+/** The stack-config schemas of pool-wide settings, by name. */
+function schemasOf<S extends Record<string, PoolSetting>>(
+  settings: S,
+): { [K in keyof S]: S[K]["schema"] } {
+  return Object.fromEntries(
+    Object.entries(settings).map(([name, setting]) => [name, setting.schema]),
+  ) as { [K in keyof S]: S[K]["schema"] };
+}
 
 export const poolConfigSchema = z.strictObject({
   count: count("count").optional(),
@@ -168,8 +126,8 @@ export const poolConfigSchema = z.strictObject({
       diskGiB: z.int({ error: "machine.diskGiB must be a whole number" }).min(1).optional(),
     })
     .optional(),
-  /** KvmProxy's own image schema; its messages say `image.`, reported under this key. */
-  kvmImage: kvmProxyInputsSchema.shape.image.optional(),
+  // Each backend kind's pool-wide settings (e.g. the default image of KVM backends), from the registry.
+  ...schemasOf(BACKEND_POOL_SETTINGS),
   squid: z
     .strictObject({
       port: z
@@ -240,18 +198,15 @@ export type PoolConfig = z.output<typeof poolConfigSchema>;
 /**
  * Config values as `pulumi.Config` reads them. The secret ones arrive as text
  * so they can be checked here (never quoted back); `poolArgsFromStackConfig`
- * wraps them with its `secret` function before they go anywhere.
+ * wraps them with its `secret` function before they go anywhere. Besides the
+ * pool's own keys, each backend kind's secrets (`BackendStackSecrets`, e.g.
+ * `kvmPrivateKey`), declared by its entry in components/backends.ts.
  */
-export interface RawStackConfig {
+export interface RawStackConfig extends BackendStackSecrets {
   /** `egress-proxies:pool`, an object (YAML in Pulumi.<stack>.yaml). */
   pool?: unknown;
   /** `egress-proxies:basicAuthPassword` (secret). */
   basicAuthPassword?: string;
-  /**
-   * `egress-proxies:kvmPrivateKey` (secret): used for every KVM backend without its own key. The same
-   * key is KvmProxy's provider-config fallback, so one setting serves the program and the provider.
-   */
-  kvmPrivateKey?: string;
   /** `egress-proxies:extraCloudInit`: more cloud-init, its own MIME part. */
   extraCloudInit?: string;
 }
@@ -264,7 +219,6 @@ export type SecretWrapper = (text: string) => pulumi.Input<string>;
 
 const POOL_KEY = `${CONFIG_NAMESPACE}:pool`;
 const PASSWORD_KEY = `${CONFIG_NAMESPACE}:basicAuthPassword`;
-const PRIVATE_KEY_KEY = `${CONFIG_NAMESPACE}:kvmPrivateKey`;
 
 const fieldPath = (path: readonly PropertyKey[]) =>
   path
@@ -285,8 +239,7 @@ function problemLine(issue: z.core.$ZodIssue): string {
   const key = keyOf(issue.path);
   if (issue.code === "custom" && issue.params?.continuesKey === true)
     return `${key} ${issue.message}`;
-  const message =
-    issue.path[0] === "kvmImage" ? issue.message.replace(/\bimage\./g, "kvmImage.") : issue.message;
+  const message = underSettingName(issue);
   for (let start = 0; start < issue.path.length; start++) {
     const field = fieldPath(issue.path.slice(start));
     if (message.startsWith(`${field} `)) return `${key}${message.slice(field.length)}`;
@@ -411,11 +364,12 @@ function secretProblems(raw: RawStackConfig, pool: unknown): string[] {
           `${POOL_KEY}.squid.basicAuthUser${problem.slice("squid.basicAuth.user".length)}`,
         );
   }
-  if (raw.kvmPrivateKey !== undefined && !kvmPrivateKeySchema.safeParse(raw.kvmPrivateKey).success)
-    problems.push(
-      `${PRIVATE_KEY_KEY} must be the private key's text (-----BEGIN ... PRIVATE KEY-----), not a path; ` +
-        `set it from the file: \`pulumi config set --secret ${PRIVATE_KEY_KEY} < ~/.ssh/id_ed25519\``,
-    );
+  for (const { secret } of BACKEND_STACK_SECRETS) {
+    const text = stackSecretText(raw, secret.name);
+    const problem =
+      text === undefined ? undefined : secret.problem(text, `${CONFIG_NAMESPACE}:${secret.name}`);
+    if (problem !== undefined) problems.push(problem);
+  }
   return problems;
 }
 
@@ -425,21 +379,17 @@ function poolArgs(
   secret: SecretWrapper,
 ): EgressProxyPoolArgs {
   // The backends' settings go to the resources as the user wrote them (defaults are the resources' job).
-  const privateKey = raw.kvmPrivateKey === undefined ? undefined : secret(raw.kvmPrivateKey);
-  const backends = (config.backends as unknown as PoolBackend[]).map((backend): PoolBackend => {
-    const { key, kind, settings } = kindOf(backend);
-    if (kind.withStackSecrets === undefined) return backend;
-    return {
-      ...backend,
-      [key]: kind.withStackSecrets(settings, { kvmPrivateKey: privateKey }),
-    } as PoolBackend;
-  });
+  const backends = (config.backends as unknown as PoolBackend[]).map((backend) =>
+    withStackSecrets(backend, raw, secret),
+  );
   const basicAuthUser = config.squid?.basicAuthUser;
   return {
     backends,
     count: config.count,
     machine: config.machine,
-    kvmImage: config.kvmImage as EgressProxyPoolArgs["kvmImage"],
+    ...(Object.fromEntries(
+      Object.keys(BACKEND_POOL_SETTINGS).map((name) => [name, config[name as keyof typeof config]]),
+    ) as BackendPoolSettings),
     squid:
       config.squid === undefined
         ? undefined
@@ -462,4 +412,36 @@ function poolArgs(
     rotateAfterDays: config.rotateAfterDays,
     kubernetes: config.kubernetes,
   };
+}
+
+/** The secret stack-config key `name` as the program read it (text), if it is set. */
+const stackSecretText = (raw: RawStackConfig, name: string): string | undefined =>
+  (raw as Record<string, unknown>)[name] as string | undefined;
+
+/** A backend's settings with the secrets its kind takes from stack config folded in. */
+function withStackSecrets(
+  backend: PoolBackend,
+  raw: RawStackConfig,
+  secret: SecretWrapper,
+): PoolBackend {
+  const { key, settings } = kindOf(backend);
+  let folded = settings;
+  for (const owned of BACKEND_STACK_SECRETS) {
+    const text = owned.key === key ? stackSecretText(raw, owned.secret.name) : undefined;
+    if (text !== undefined) folded = owned.secret.fold(folded, secret(text));
+  }
+  return folded === settings ? backend : ({ ...backend, [key]: folded } as PoolBackend);
+}
+
+/**
+ * A message a pool-wide setting's schema wrote about the resource field it
+ * borrows (KvmProxy's `image.`), said about the setting's own key.
+ */
+function underSettingName(issue: z.core.$ZodIssue): string {
+  const name = String(issue.path[0]);
+  const settings: Readonly<Record<string, PoolSetting>> = BACKEND_POOL_SETTINGS;
+  const field = Object.hasOwn(settings, name) ? settings[name]!.messagesName : undefined;
+  return field === undefined
+    ? issue.message
+    : issue.message.replace(new RegExp(`\\b${field}\\.`, "g"), `${name}.`);
 }

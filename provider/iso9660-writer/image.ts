@@ -1,7 +1,8 @@
 /**
  * Lays the tree out in sectors and serialises it: volume descriptors (primary
- * + Joliet), four path tables, two directory hierarchies that share one copy
- * of every file's data, and a Rock Ridge continuation area.
+ * + Joliet, descriptors.ts), four path tables, two directory hierarchies
+ * (planned in directories.ts) that share one copy of every file's data, and a
+ * Rock Ridge continuation area.
  *
  * Sector map (2048-byte sectors):
  *   0-15 system area | 16 PVD | 17 Joliet SVD | 18 terminator |
@@ -9,6 +10,15 @@
  *   Joliet directories | continuation areas | file data
  */
 import { Readable } from "node:stream";
+import { volumeDescriptor, terminator } from "./descriptors";
+import {
+  pathTableBytes,
+  placeContinuations,
+  planDirectory,
+  type Continuation,
+  type DirectoryPlan,
+  type Tree,
+} from "./directories";
 import { IsoWriterError } from "./errors";
 import {
   buildTree,
@@ -18,29 +28,7 @@ import {
   type FileNode,
   type IsoFile,
 } from "./layout";
-import {
-  CE_ENTRY_LENGTH,
-  POSIX_DIRECTORY,
-  POSIX_REGULAR_FILE,
-  RR_FLAG,
-  SECTOR_SIZE,
-  asciiField,
-  bothEndian16,
-  bothEndian32,
-  ceEntry,
-  directoryRecord,
-  directoryRecordLength,
-  erEntry,
-  longDate,
-  nmEntry,
-  pathTableRecord,
-  pxEntry,
-  rrEntry,
-  spEntry,
-  tfEntry,
-  ucs2Field,
-  ucs2be,
-} from "./records";
+import { SECTOR_SIZE, ceEntry, directoryRecord, ucs2be } from "./records";
 
 export interface IsoImageSpec {
   files: readonly IsoFile[];
@@ -81,33 +69,53 @@ const VOLUME_ID = /^[A-Za-z0-9_.-]{1,16}$/;
 /** Sector numbers are 32-bit; keep well inside them and inside Node's Buffer limit. */
 const MAX_IMAGE_BYTES = 2 ** 32 - 1;
 
-type Tree = "primary" | "joliet";
-
-interface PlannedRecord {
-  identifier: Buffer;
-  target: DirNode | FileNode;
-  systemUse: Buffer[];
-  /** Entries moved out of the record because it would exceed 255 bytes. */
-  continuation?: Continuation;
-  length: number;
-  /** Byte offset inside the directory's extent; records never straddle sectors. */
-  offset: number;
-}
-
-interface Continuation {
-  bytes: Buffer;
-  block: number;
-  offset: number;
-}
-
-interface DirectoryPlan {
-  dir: DirNode;
-  records: PlannedRecord[];
-  extent: number;
-  size: number;
-}
-
 export function buildIsoImage(spec: IsoImageSpec): IsoImage {
+  const { volumeId, timestamp } = checkedLabels(spec);
+  const root = buildTree(spec.files, spec.directories ?? []);
+  const trees: Trees = {
+    primary: directoriesInPathTableOrder(root, (dir) => Buffer.from(dir.isoName, "ascii")).map(
+      (dir) => planDirectory(dir, "primary", timestamp),
+    ),
+    joliet: directoriesInPathTableOrder(root, (dir) => ucs2be(dir.name)).map((dir) =>
+      planDirectory(dir, "joliet", timestamp),
+    ),
+  };
+  const files = filesInOrder(root);
+  const sectors = allocateSectors(trees, files);
+
+  // `metadata` starts at sector 16: the system area is zeros, written only where bytes are produced.
+  const metadata = Buffer.alloc(sectors.metadataEnd * SECTOR_SIZE - SYSTEM_AREA_BYTES);
+  const place: Place = (bytes, imageOffset) => {
+    bytes.copy(metadata, imageOffset - SYSTEM_AREA_BYTES);
+  };
+  const plans: PlansByTree = {
+    primary: new Map(trees.primary.map((plan) => [plan.dir, plan])),
+    joliet: new Map(trees.joliet.map((plan) => [plan.dir, plan])),
+  };
+  writeVolumeDescriptors(place, {
+    volumeId,
+    systemId: spec.systemId ?? "LINUX",
+    applicationId: spec.applicationId ?? "EGRESS-PROXIES ISO9660-WRITER",
+    timestamp,
+    totalSectors: sectors.total,
+    root: (tree) => plans[tree].get(root)!,
+    sectors,
+  });
+  writePathTables(place, trees, sectors.pathTables);
+  writeDirectoryRecords(place, trees, plans, timestamp);
+  for (const continuation of sectors.continuations)
+    place(continuation.bytes, continuation.block * SECTOR_SIZE + continuation.offset);
+
+  return imageOf(metadata, files, sectors.total * SECTOR_SIZE);
+}
+
+type Trees = Record<Tree, DirectoryPlan[]>;
+type PlansByTree = Record<Tree, Map<DirNode, DirectoryPlan>>;
+/** Copies bytes into the image at an absolute byte offset. */
+type Place = (bytes: Buffer, imageOffset: number) => void;
+
+/** The volume label and timestamp, checked: both end up in fixed-width fields. */
+function checkedLabels(spec: IsoImageSpec): { volumeId: string; timestamp: Date } {
   const volumeId = spec.volumeId ?? "CDROM";
   if (!VOLUME_ID.test(volumeId))
     throw new IsoWriterError(
@@ -120,113 +128,112 @@ export function buildIsoImage(spec: IsoImageSpec): IsoImage {
     throw new IsoWriterError(
       "timestamp must fall between 1900 and 2155 (ISO 9660 stores years since 1900 in a byte)",
     );
+  return { volumeId, timestamp };
+}
 
-  const root = buildTree(spec.files, spec.directories ?? []);
-  const trees: Record<Tree, DirectoryPlan[]> = {
-    primary: directoriesInPathTableOrder(root, (dir) => Buffer.from(dir.isoName, "ascii")).map(
-      (dir) => planDirectory(dir, "primary", timestamp),
-    ),
-    joliet: directoriesInPathTableOrder(root, (dir) => ucs2be(dir.name)).map((dir) =>
-      planDirectory(dir, "joliet", timestamp),
-    ),
-  };
-  const files = filesInOrder(root);
+interface SectorMap {
+  /** Each tree's path table size in bytes, and where its L and M copies start. */
+  pathTables: Record<Tree, { bytes: number; l: number; m: number }>;
+  continuations: Continuation[];
+  /** The first sector after the metadata (where file data starts). */
+  metadataEnd: number;
+  total: number;
+}
 
-  // ---- allocation ----
-  const pathTables = {
-    primary: pathTableBytes(trees.primary, "primary", false).length,
-    joliet: pathTableBytes(trees.joliet, "joliet", false).length,
-  };
+/**
+ * Gives every structure its sectors, in the order of the sector map above;
+ * sets each directory plan's and file's extent on the way.
+ */
+function allocateSectors(trees: Trees, files: FileNode[]): SectorMap {
   let next = FIRST_PATH_TABLE_SECTOR;
   const take = (bytes: number): number => {
     const start = next;
     next += Math.max(1, Math.ceil(bytes / SECTOR_SIZE));
     return start;
   };
-  const pathTableSectors = {
-    primaryL: take(pathTables.primary),
-    primaryM: take(pathTables.primary),
-    jolietL: take(pathTables.joliet),
-    jolietM: take(pathTables.joliet),
+  const pathTable = (tree: Tree) => {
+    const bytes = pathTableBytes(trees[tree], tree, false).length;
+    return { bytes, l: take(bytes), m: take(bytes) };
   };
+  const pathTables = { primary: pathTable("primary"), joliet: pathTable("joliet") };
   for (const tree of [trees.primary, trees.joliet])
     for (const plan of tree) plan.extent = take(plan.size);
   const continuations = trees.primary.flatMap((plan) =>
     plan.records.flatMap((record) => (record.continuation ? [record.continuation] : [])),
   );
   placeContinuations(continuations, () => take(SECTOR_SIZE));
-  const metadataSectors = next;
+  const metadataEnd = next;
   for (const file of files)
     file.extent = file.content.byteLength === 0 ? 0 : take(file.content.byteLength);
-  const totalSectors = next;
-  if (totalSectors * SECTOR_SIZE > MAX_IMAGE_BYTES)
+  if (next * SECTOR_SIZE > MAX_IMAGE_BYTES)
     throw new IsoWriterError(
-      `the image would be ${totalSectors * SECTOR_SIZE} bytes; this writer stops at 4 GiB`,
+      `the image would be ${next * SECTOR_SIZE} bytes; this writer stops at 4 GiB`,
     );
+  return { pathTables, continuations, metadataEnd, total: next };
+}
 
-  // ---- serialisation of everything before the file data ----
-  // `metadata` starts at sector 16: the system area is zeros, written only where bytes are produced.
-  const metadata = Buffer.alloc(metadataSectors * SECTOR_SIZE - SYSTEM_AREA_BYTES);
-  const place = (bytes: Buffer, imageOffset: number): void => {
-    bytes.copy(metadata, imageOffset - SYSTEM_AREA_BYTES);
-  };
-  const extentOf = new Map<Tree, Map<DirNode, DirectoryPlan>>([
-    ["primary", new Map(trees.primary.map((plan) => [plan.dir, plan]))],
-    ["joliet", new Map(trees.joliet.map((plan) => [plan.dir, plan]))],
-  ]);
-  const rootRecord = (tree: Tree): Buffer => {
-    const plan = extentOf.get(tree)!.get(root)!;
-    return directoryRecord({
-      extent: plan.extent,
-      dataLength: plan.size,
-      date: timestamp,
+/** The primary and Joliet volume descriptors (sectors 16 and 17) and the terminator (18). */
+function writeVolumeDescriptors(
+  place: Place,
+  volume: {
+    volumeId: string;
+    systemId: string;
+    applicationId: string;
+    timestamp: Date;
+    totalSectors: number;
+    root: (tree: Tree) => DirectoryPlan;
+    sectors: SectorMap;
+  },
+): void {
+  const { root, sectors, ...fields } = volume;
+  const rootRecord = (tree: Tree): Buffer =>
+    directoryRecord({
+      extent: root(tree).extent,
+      dataLength: root(tree).size,
+      date: volume.timestamp,
       isDirectory: true,
       identifier: Buffer.from([0]),
     });
-  };
-  const descriptorFields = {
-    volumeId,
-    systemId: spec.systemId ?? "LINUX",
-    applicationId: spec.applicationId ?? "EGRESS-PROXIES ISO9660-WRITER",
-    timestamp,
-    totalSectors,
-  };
-  place(
-    volumeDescriptor({
-      ...descriptorFields,
-      type: 1,
-      pathTableSize: pathTables.primary,
-      pathTableL: pathTableSectors.primaryL,
-      pathTableM: pathTableSectors.primaryM,
-      rootRecord: rootRecord("primary"),
-    }),
-    16 * SECTOR_SIZE,
-  );
-  place(
-    volumeDescriptor({
-      ...descriptorFields,
-      type: 2,
-      pathTableSize: pathTables.joliet,
-      pathTableL: pathTableSectors.jolietL,
-      pathTableM: pathTableSectors.jolietM,
-      rootRecord: rootRecord("joliet"),
-    }),
-    17 * SECTOR_SIZE,
-  );
+  (["primary", "joliet"] as const).forEach((tree, index) => {
+    const table = sectors.pathTables[tree];
+    place(
+      volumeDescriptor({
+        ...fields,
+        type: index === 0 ? 1 : 2,
+        pathTableSize: table.bytes,
+        pathTableL: table.l,
+        pathTableM: table.m,
+        rootRecord: rootRecord(tree),
+      }),
+      (16 + index) * SECTOR_SIZE,
+    );
+  });
   place(terminator(), 18 * SECTOR_SIZE);
-  place(pathTableBytes(trees.primary, "primary", false), pathTableSectors.primaryL * SECTOR_SIZE);
-  place(pathTableBytes(trees.primary, "primary", true), pathTableSectors.primaryM * SECTOR_SIZE);
-  place(pathTableBytes(trees.joliet, "joliet", false), pathTableSectors.jolietL * SECTOR_SIZE);
-  place(pathTableBytes(trees.joliet, "joliet", true), pathTableSectors.jolietM * SECTOR_SIZE);
+}
+
+/** Each tree's path table, little-endian (L) and big-endian (M). */
+function writePathTables(place: Place, trees: Trees, tables: SectorMap["pathTables"]): void {
   for (const tree of ["primary", "joliet"] as const) {
-    const plans = extentOf.get(tree)!;
+    place(pathTableBytes(trees[tree], tree, false), tables[tree].l * SECTOR_SIZE);
+    place(pathTableBytes(trees[tree], tree, true), tables[tree].m * SECTOR_SIZE);
+  }
+}
+
+/** Every directory's records, in both trees; a record with a continuation points at it (CE). */
+function writeDirectoryRecords(
+  place: Place,
+  trees: Trees,
+  plans: PlansByTree,
+  timestamp: Date,
+): void {
+  for (const tree of ["primary", "joliet"] as const) {
     for (const plan of trees[tree]) {
       for (const record of plan.records) {
         const target =
           record.target.kind === "dir"
             ? {
-                extent: plans.get(record.target)!.extent,
-                dataLength: plans.get(record.target)!.size,
+                extent: plans[tree].get(record.target)!.extent,
+                dataLength: plans[tree].get(record.target)!.size,
               }
             : { extent: record.target.extent, dataLength: record.target.content.byteLength };
         const systemUse = record.continuation
@@ -252,10 +259,6 @@ export function buildIsoImage(spec: IsoImageSpec): IsoImage {
       }
     }
   }
-  for (const continuation of continuations)
-    place(continuation.bytes, continuation.block * SECTOR_SIZE + continuation.offset);
-
-  return imageOf(metadata, files, totalSectors * SECTOR_SIZE);
 }
 
 /**
@@ -305,175 +308,4 @@ function imageOf(metadata: Buffer, files: FileNode[], size: number): IsoImage {
       return piecesOf(metadata, files, sharedZeros);
     },
   };
-}
-
-// ---- directory planning ------------------------------------------------------------
-
-function sortedChildren(dir: DirNode, tree: Tree): Array<FileNode | DirNode> {
-  const key = (node: FileNode | DirNode): Buffer =>
-    tree === "primary" ? Buffer.from(node.isoName, "ascii") : ucs2be(node.name);
-  return [...dir.children].sort((a, b) => Buffer.compare(key(a), key(b)));
-}
-
-function subdirectoryCount(dir: DirNode): number {
-  return dir.children.filter((child) => child.kind === "dir").length;
-}
-
-function rockRidgeAttributes(node: FileNode | DirNode, date: Date): Buffer[] {
-  return node.kind === "dir"
-    ? [pxEntry(POSIX_DIRECTORY | 0o555, 2 + subdirectoryCount(node)), tfEntry(date)]
-    : [pxEntry(POSIX_REGULAR_FILE | node.mode, 1), tfEntry(date)];
-}
-
-function planDirectory(dir: DirNode, tree: Tree, date: Date): DirectoryPlan {
-  const records: PlannedRecord[] = [];
-  const add = (
-    identifier: Buffer,
-    target: DirNode | FileNode,
-    inline: Buffer[],
-    moved?: Buffer[],
-  ): void => {
-    const continuation =
-      moved && moved.length > 0 ? { bytes: Buffer.concat(moved), block: 0, offset: 0 } : undefined;
-    const systemUseLength =
-      inline.reduce((sum, entry) => sum + entry.length, 0) + (continuation ? CE_ENTRY_LENGTH : 0);
-    records.push({
-      identifier,
-      target,
-      systemUse: inline,
-      continuation,
-      length: directoryRecordLength(identifier.length, systemUseLength),
-      offset: 0,
-    });
-  };
-  const parent = dir.parent ?? dir;
-  if (tree === "joliet") {
-    add(Buffer.from([0]), dir, []);
-    add(Buffer.from([1]), parent, []);
-    // No ";1" version suffix: genisoimage and xorriso omit it too, and some readers show it verbatim.
-    for (const child of sortedChildren(dir, tree)) add(ucs2be(child.name), child, []);
-  } else {
-    const flagsForDots = RR_FLAG.PX | RR_FLAG.TF;
-    if (dir.parent === undefined) {
-      // SUSP: SP opens the root's "." record; ER (too long to fit) goes to the continuation area.
-      add(
-        Buffer.from([0]),
-        dir,
-        [spEntry(), rrEntry(flagsForDots), ...rockRidgeAttributes(dir, date)],
-        [erEntry()],
-      );
-    } else {
-      add(Buffer.from([0]), dir, [rrEntry(flagsForDots), ...rockRidgeAttributes(dir, date)]);
-    }
-    add(Buffer.from([1]), parent, [rrEntry(flagsForDots), ...rockRidgeAttributes(parent, date)]);
-    for (const child of sortedChildren(dir, tree)) {
-      const identifier = Buffer.from(
-        child.kind === "file" ? `${child.isoName};1` : child.isoName,
-        "ascii",
-      );
-      const flags = RR_FLAG.PX | RR_FLAG.TF | RR_FLAG.NM;
-      // MAX_NAME_UTF8_BYTES keeps this within 255 bytes; directoryRecord() checks it again.
-      add(identifier, child, [
-        rrEntry(flags),
-        nmEntry(child.name),
-        ...rockRidgeAttributes(child, date),
-      ]);
-    }
-  }
-  let offset = 0;
-  for (const record of records) {
-    if ((offset % SECTOR_SIZE) + record.length > SECTOR_SIZE)
-      offset = Math.ceil(offset / SECTOR_SIZE) * SECTOR_SIZE;
-    record.offset = offset;
-    offset += record.length;
-  }
-  return { dir, records, extent: 0, size: Math.ceil(offset / SECTOR_SIZE) * SECTOR_SIZE };
-}
-
-/** Packs continuation areas into sectors; an area never crosses a sector (Linux reads one block). */
-function placeContinuations(continuations: Continuation[], newSector: () => number): void {
-  let sector = -1;
-  let used = SECTOR_SIZE;
-  for (const continuation of continuations) {
-    if (used + continuation.bytes.length > SECTOR_SIZE) {
-      sector = newSector();
-      used = 0;
-    }
-    continuation.block = sector;
-    continuation.offset = used;
-    used += continuation.bytes.length;
-  }
-}
-
-function pathTableBytes(plans: DirectoryPlan[], tree: Tree, bigEndian: boolean): Buffer {
-  const numberOf = new Map(plans.map((plan, index) => [plan.dir, index + 1]));
-  return Buffer.concat(
-    plans.map((plan) => {
-      const identifier =
-        plan.dir.parent === undefined
-          ? Buffer.from([0])
-          : tree === "primary"
-            ? Buffer.from(plan.dir.isoName, "ascii")
-            : ucs2be(plan.dir.name);
-      const parentNumber = plan.dir.parent === undefined ? 1 : numberOf.get(plan.dir.parent)!;
-      return pathTableRecord(identifier, plan.extent, parentNumber, bigEndian);
-    }),
-  );
-}
-
-// ---- volume descriptors ------------------------------------------------------------
-
-interface DescriptorFields {
-  type: 1 | 2;
-  volumeId: string;
-  systemId: string;
-  applicationId: string;
-  timestamp: Date;
-  totalSectors: number;
-  pathTableSize: number;
-  pathTableL: number;
-  pathTableM: number;
-  rootRecord: Buffer;
-}
-
-function volumeDescriptor(fields: DescriptorFields): Buffer {
-  const joliet = fields.type === 2;
-  const text = (value: string, width: number): Buffer =>
-    joliet ? ucs2Field(value, width) : asciiField(value, width);
-  const out = Buffer.alloc(SECTOR_SIZE);
-  out[0] = fields.type;
-  out.write("CD001", 1, "ascii");
-  out[6] = 1;
-  text(fields.systemId, 32).copy(out, 8);
-  text(fields.volumeId, 32).copy(out, 40);
-  bothEndian32(fields.totalSectors).copy(out, 80);
-  if (joliet) out.write("%/E", 88, "ascii"); // UCS-2 level 3
-  bothEndian16(1).copy(out, 120); // volume set size
-  bothEndian16(1).copy(out, 124); // volume sequence number
-  bothEndian16(SECTOR_SIZE).copy(out, 128);
-  bothEndian32(fields.pathTableSize).copy(out, 132);
-  out.writeUInt32LE(fields.pathTableL, 140);
-  out.writeUInt32BE(fields.pathTableM, 148);
-  fields.rootRecord.copy(out, 156);
-  text("", 128).copy(out, 190); // volume set
-  text("", 128).copy(out, 318); // publisher
-  text("", 128).copy(out, 446); // data preparer
-  text(fields.applicationId, 128).copy(out, 574);
-  text("", 37).copy(out, 702); // copyright file
-  text("", 37).copy(out, 739); // abstract file
-  text("", 37).copy(out, 776); // bibliographic file
-  longDate(fields.timestamp).copy(out, 813);
-  longDate(fields.timestamp).copy(out, 830);
-  longDate(undefined).copy(out, 847);
-  longDate(undefined).copy(out, 864);
-  out[881] = 1;
-  return out;
-}
-
-function terminator(): Buffer {
-  const out = Buffer.alloc(SECTOR_SIZE);
-  out[0] = 255;
-  out.write("CD001", 1, "ascii");
-  out[6] = 1;
-  return out;
 }

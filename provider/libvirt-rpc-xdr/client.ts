@@ -15,25 +15,13 @@
  */
 import type { Duplex, Readable, Writable } from "node:stream";
 import { AcknowledgementNudge } from "./ack-nudge";
-import { CallDeadlines } from "./deadlines";
+import { armCallDeadline, CallDeadlines, type CallOptions } from "./deadlines";
+import { HEADER_BYTES, RpcCore, encodePacket, keepalivePacket } from "./core";
+import { LibvirtTransportError } from "./errors";
+import { handshake, type ConnectionInfo } from "./handshake";
+import { Outbox } from "./outbox";
+import { PendingCall } from "./pending-call";
 import {
-  HEADER_BYTES,
-  RpcCore,
-  encodePacket,
-  keepalivePacket,
-  type Packet,
-  type SerialHandler,
-} from "./core";
-import {
-  LibvirtAbortedError,
-  LibvirtError,
-  LibvirtTimeoutError,
-  LibvirtTransportError,
-  ErrorCode,
-} from "./errors";
-import {
-  AuthType,
-  FEATURE_PROGRAM_KEEPALIVE,
   KeepaliveProcedure,
   Limits,
   MessageStatus,
@@ -46,20 +34,10 @@ import {
   DownloadMachine,
   UploadMachine,
   type ReadIntoSource,
-  decodeLibvirtError,
   type StreamMachineOptions,
   type StreamPort,
 } from "./stream";
-import { XdrReader, XdrWriter } from "./xdr";
-
-export interface CallOptions {
-  /** Milliseconds this call may take. Defaults to the connection's `defaultTimeoutMs`. */
-  timeoutMs?: number;
-  /** Absolute deadline (epoch ms). When both are given, the earlier wins. */
-  deadline?: number;
-  /** Aborting it fails this call only. */
-  signal?: AbortSignal;
-}
+import { XdrWriter } from "./xdr";
 
 export interface ConnectionOptions {
   /** The URI passed to CONNECT_OPEN, e.g. "qemu:///system" (the default). */
@@ -84,67 +62,10 @@ export interface ConnectionOptions {
   onClosed?: (error: LibvirtTransportError) => void;
 }
 
-export interface ConnectionInfo {
-  /** Authentication types the daemon offered (AuthType values). */
-  authTypes: number[];
-  /** Whether the daemon supports the keepalive program. */
-  keepalive: boolean;
-}
+export type { CallOptions } from "./deadlines";
+export type { ConnectionInfo } from "./handshake";
 
 const DEFAULT_TIMEOUT_MS = 60_000;
-/** Packets from this size on are written at once; smaller ones are batched up to it. */
-const WRITE_AT_ONCE_BYTES = 16 * 1024;
-
-type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
-
-/** The outcome of a call that is judged later, so its failure is no unhandled rejection meanwhile. */
-const settled = <T>(promise: Promise<T>): Promise<Settled<T>> =>
-  promise.then(
-    (value) => ({ ok: true, value }),
-    (error: unknown) => ({ ok: false, error }),
-  );
-
-/** A plain call waiting for its REPLY. */
-class PendingCall<Ret> implements SerialHandler {
-  constructor(
-    private readonly procedure: Procedure<unknown, Ret>,
-    private readonly settle: (
-      outcome: { ok: true; value: Ret } | { ok: false; error: Error },
-    ) => void,
-  ) {}
-
-  onReply(packet: Packet): void {
-    if (packet.header.status === MessageStatus.OK) {
-      try {
-        const reader = new XdrReader(packet.body);
-        const value = this.procedure.decodeRet(reader);
-        reader.expectEnd(`libvirt ${this.procedure.name} reply`);
-        this.settle({ ok: true, value });
-      } catch (cause) {
-        this.settle({
-          ok: false,
-          error: new LibvirtTransportError(
-            "protocol",
-            `undecodable reply to libvirt ${this.procedure.name}`,
-            {
-              cause,
-            },
-          ),
-        });
-      }
-    } else {
-      this.settle({ ok: false, error: decodeLibvirtError(this.procedure.name, packet.body) });
-    }
-  }
-
-  onStream(): void {
-    // A plain call never has stream packets; ignore rather than kill the link.
-  }
-
-  onConnectionLost(error: LibvirtTransportError): void {
-    this.settle({ ok: false, error });
-  }
-}
 
 export class LibvirtConnection {
   private readonly core: RpcCore;
@@ -157,11 +78,7 @@ export class LibvirtConnection {
   /** Streams in flight: one that waits for a single answer from the daemon is owed one too. */
   private readonly streams = new Set<UploadMachine | DownloadMachine>();
   private readonly ackNudge: AcknowledgementNudge;
-  private outbox: Buffer[] = [];
-  private outboxBytes = 0;
-  /** Told once the batch holding their packet was written (an upload reuses its frames). */
-  private outboxWritten: Array<(error?: Error | null) => void> = [];
-  private flushScheduled = false;
+  private readonly outbox: Outbox;
   private lastReceivedAt = Date.now();
   private inboundPausedBy = 0;
   private closed = false;
@@ -192,12 +109,13 @@ export class LibvirtConnection {
     this.defaultTimeoutMs = options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
     this.closeTimeoutMs = options.closeTimeoutMs ?? 1000;
     this.core = new RpcCore((packet) => this.write(packet));
+    this.outbox = new Outbox(transport, () => this.ackNudge.wrote());
     this.ackNudge = new AcknowledgementNudge(
       () => {
         if (this.closed || this.transport.destroyed) return;
         // At once, not batched: the nudge exists to make a segment leave now.
-        this.flushOutbox();
-        this.writeToTransport(keepalivePacket(KeepaliveProcedure.PONG));
+        this.outbox.flush();
+        this.outbox.writeNow(keepalivePacket(KeepaliveProcedure.PONG));
       },
       () => this.callsAwaitingReply > 0 || this.streamAwaitsAnswer(),
     );
@@ -208,120 +126,20 @@ export class LibvirtConnection {
   }
 
   /**
-   * Speaks the handshake libvirt's own remote driver uses — AUTH_LIST, then
-   * (if the daemon supports it) keepalive, then CONNECT_OPEN — and returns a
-   * ready connection. On any failure the transport is destroyed.
-   *
-   * The three calls leave together, so a daemon that wants no authentication
-   * (root over SSH, or a socket the libvirt group may use) answers the
-   * handshake in one round trip instead of three. libvirtd runs one client's
-   * calls side by side, and on a polkit socket it is AUTH_LIST itself that
-   * lets root in: an early call may overtake it and be refused
-   * ("authentication required", an RPC error), as it is before polkit
-   * authentication. A call refused so is asked again once AUTH_LIST (and
-   * polkit) are done, one more round trip in that case only.
+   * Speaks the handshake (handshake.ts) and returns a ready connection, its
+   * libvirt keepalive running when the daemon supports it. On any failure
+   * the transport is destroyed.
    */
   static async open(
     transport: Duplex,
     options: ConnectionOptions = {},
   ): Promise<LibvirtConnection> {
     const connection = new LibvirtConnection(transport, options);
-    const handshakeMs = options.handshakeTimeoutMs ?? 15_000;
-    const deadline = Date.now() + handshakeMs;
-    const callOptions: CallOptions = {
-      deadline,
-      ...(options.signal ? { signal: options.signal } : {}),
-    };
-    const askKeepalive = () =>
-      settled(
-        connection.call(
-          Procedures.connectSupportsFeature,
-          { feature: FEATURE_PROGRAM_KEEPALIVE },
-          callOptions,
-        ),
-      );
-    const askOpen = () =>
-      settled(
-        connection.call(
-          Procedures.connectOpen,
-          { name: options.uri ?? "qemu:///system", flags: 0 },
-          callOptions,
-        ),
-      );
-    try {
-      const authList = connection.call(Procedures.authList, undefined, callOptions);
-      const early = [askKeepalive(), askOpen()] as const;
-      const { types, didAuthenticate } = await connection.authenticate(authList, callOptions);
-      connection.info.authTypes = types;
-      const refused = (outcome: Settled<unknown>): boolean =>
-        !outcome.ok &&
-        (didAuthenticate ||
-          (outcome.error instanceof LibvirtError && outcome.error.code === ErrorCode.RPC));
-      const [earlyKeepalive, earlyOpen] = await Promise.all(early);
-      const [keepalive, opened] = await Promise.all([
-        refused(earlyKeepalive) ? askKeepalive() : earlyKeepalive,
-        refused(earlyOpen) ? askOpen() : earlyOpen,
-      ]);
-      if (!keepalive.ok && !(keepalive.error instanceof LibvirtError)) throw keepalive.error;
-      connection.info.keepalive = keepalive.ok && keepalive.value;
-      if (!opened.ok) throw opened.error;
-    } catch (error) {
-      const reason =
-        error instanceof LibvirtTimeoutError
-          ? new LibvirtTransportError(
-              "handshake",
-              `libvirt handshake did not finish within ${handshakeMs} ms`,
-              {
-                cause: error,
-              },
-            )
-          : error;
-      connection.destroy(
-        reason instanceof LibvirtTransportError
-          ? reason
-          : new LibvirtTransportError("handshake", "libvirt handshake failed", { cause: reason }),
-      );
-      throw reason;
-    }
+    connection.info = await handshake(connection, options);
     if (connection.info.keepalive && options.keepalive !== false) {
       connection.startKeepalive(options.keepalive ?? { intervalMs: 5000, count: 5 });
     }
     return connection;
-  }
-
-  /** What AUTH_LIST offered, and whether an authentication step ran (then the open is asked again). */
-  private async authenticate(
-    authList: Promise<number[]>,
-    options: CallOptions,
-  ): Promise<{ types: number[]; didAuthenticate: boolean }> {
-    let types: number[];
-    try {
-      types = await authList;
-    } catch (error) {
-      // A daemon too old to know AUTH_LIST needs no authentication step.
-      if (error instanceof LibvirtError && error.code === ErrorCode.NO_SUPPORT)
-        return { types: [], didAuthenticate: false };
-      throw error;
-    }
-    if (types.length === 0 || types.includes(AuthType.NONE))
-      return { types, didAuthenticate: false };
-    if (types.includes(AuthType.POLKIT)) {
-      await this.call(Procedures.authPolkit, undefined, options);
-      return { types, didAuthenticate: true };
-    }
-    throw new LibvirtError("authList", {
-      code: ErrorCode.AUTH_UNAVAILABLE,
-      domain: 0,
-      message: `the daemon only offers authentication types [${types.join(", ")}]; this client supports none (0) and polkit (2)`,
-      level: 2,
-      dom: null,
-      str1: null,
-      str2: null,
-      str3: null,
-      int1: 0,
-      int2: 0,
-      net: null,
-    });
   }
 
   get isClosed(): boolean {
@@ -535,9 +353,7 @@ export class LibvirtConnection {
     this.closed = true;
     if (this.keepaliveTimer) clearInterval(this.keepaliveTimer);
     this.ackNudge.stop();
-    this.outbox = [];
-    this.outboxBytes = 0;
-    this.outboxWritten = [];
+    this.outbox.close();
     this.core.connectionLost(reason);
     this.deadlines.clear();
     this.transport.off("data", this.onData);
@@ -550,58 +366,24 @@ export class LibvirtConnection {
     this.options.onClosed?.(reason);
   }
 
-  /**
-   * Small packets written in one turn of the event loop (a sweep's hundreds of
-   * calls, a create's pipelined look-ups) leave as one transport write: over
-   * SSH every write is an encrypted packet of its own and a TCP segment or
-   * three, which cost more than the call itself. Large packets (stream data)
-   * go at once, after whatever is batched, so order and backpressure hold.
-   */
+  /** Batched with the turn's other small packets (outbox.ts). */
   private write(packet: Buffer, onWritten?: (error?: Error | null) => void): boolean {
-    if (this.closed || this.transport.destroyed) return true;
-    if (packet.length >= WRITE_AT_ONCE_BYTES) {
-      this.flushOutbox();
-      return this.writeToTransport(packet, onWritten);
-    }
-    this.outbox.push(packet);
-    if (onWritten) this.outboxWritten.push(onWritten);
-    this.outboxBytes += packet.length;
-    if (this.outboxBytes >= WRITE_AT_ONCE_BYTES) this.flushOutbox();
-    else if (!this.flushScheduled) {
-      this.flushScheduled = true;
-      // After the promise jobs of this turn: calls issued from their continuations join the batch.
-      process.nextTick(this.flushScheduledOutbox);
-    }
-    return !this.transport.writableNeedDrain;
+    if (this.closed) return true;
+    return this.outbox.write(packet, onWritten);
   }
 
-  private readonly flushScheduledOutbox = (): void => {
-    this.flushScheduled = false;
-    this.flushOutbox();
-  };
-
-  private flushOutbox(): void {
-    if (this.outbox.length === 0) return;
-    const batch =
-      this.outbox.length === 1 ? this.outbox[0]! : Buffer.concat(this.outbox, this.outboxBytes);
-    const written = this.outboxWritten;
-    this.outbox = [];
-    this.outboxBytes = 0;
-    this.outboxWritten = [];
-    if (this.closed || this.transport.destroyed) return;
-    this.writeToTransport(
-      batch,
-      written.length === 0
-        ? undefined
-        : (error) => {
-            for (const listener of written) listener(error);
-          },
+  private armDeadline(
+    procedureName: string,
+    options: CallOptions,
+    onExpired: (error: Error) => void,
+  ): () => void {
+    return armCallDeadline(
+      this.deadlines,
+      this.defaultTimeoutMs,
+      procedureName,
+      options,
+      onExpired,
     );
-  }
-
-  private writeToTransport(bytes: Buffer, onWritten?: (error?: Error | null) => void): boolean {
-    this.ackNudge.wrote();
-    return onWritten ? this.transport.write(bytes, onWritten) : this.transport.write(bytes);
   }
 
   private callPacket<Args, Ret>(
@@ -620,43 +402,6 @@ export class LibvirtConnection {
       },
       payload,
     );
-  }
-
-  /** Registers the call's deadline and signal listener; returns a function that disarms both. */
-  private armDeadline(
-    procedureName: string,
-    options: CallOptions,
-    onExpired: (error: Error) => void,
-  ): () => void {
-    const now = Date.now();
-    let deadline = now + (options.timeoutMs ?? this.defaultTimeoutMs);
-    if (options.deadline !== undefined && options.timeoutMs === undefined)
-      deadline = options.deadline;
-    else if (options.deadline !== undefined) deadline = Math.min(deadline, options.deadline);
-    const timeoutMs = Math.max(0, deadline - now);
-    const signal = options.signal;
-    let armed = true;
-    const disarm = (): void => {
-      if (!armed) return;
-      armed = false;
-      forgetDeadline();
-      signal?.removeEventListener("abort", onAbort);
-    };
-    const onAbort = (): void => {
-      disarm();
-      onExpired(new LibvirtAbortedError(procedureName, { cause: signal?.reason }));
-    };
-    const onTimeout = (): void => {
-      if (!armed) return;
-      disarm();
-      onExpired(new LibvirtTimeoutError(procedureName, timeoutMs));
-    };
-    const forgetDeadline = this.deadlines.add(now + timeoutMs, onTimeout);
-    // A deadline already past fails before any reply can be read, not after a timer tick.
-    if (timeoutMs === 0) queueMicrotask(onTimeout);
-    if (signal?.aborted) queueMicrotask(onAbort);
-    else signal?.addEventListener("abort", onAbort, { once: true });
-    return disarm;
   }
 
   private startKeepalive({ intervalMs, count }: { intervalMs: number; count: number }): void {

@@ -6,6 +6,17 @@
  * is armed for the earliest deadline and, when it fires, expires what is due
  * and re-arms for the next.
  */
+import { LibvirtAbortedError, LibvirtTimeoutError } from "./errors";
+
+export interface CallOptions {
+  /** Milliseconds this call may take. Defaults to the connection's `defaultTimeoutMs`. */
+  timeoutMs?: number;
+  /** Absolute deadline (epoch ms). When both are given, the earlier wins. */
+  deadline?: number;
+  /** Aborting it fails this call only. */
+  signal?: AbortSignal;
+}
+
 interface Entry {
   readonly at: number;
   readonly onExpired: () => void;
@@ -62,4 +73,47 @@ export class CallDeadlines {
     if (next !== Infinity) this.arm(next);
     for (const entry of due) entry.onExpired();
   };
+}
+
+/**
+ * Registers one call's deadline (`timeoutMs` from now, or `deadline`, the
+ * earlier of the two) and its signal listener; `onExpired` gets a
+ * LibvirtTimeoutError or LibvirtAbortedError. Returns a function that disarms both.
+ */
+export function armCallDeadline(
+  deadlines: CallDeadlines,
+  defaultTimeoutMs: number,
+  procedureName: string,
+  options: CallOptions,
+  onExpired: (error: Error) => void,
+): () => void {
+  const now = Date.now();
+  let deadline = now + (options.timeoutMs ?? defaultTimeoutMs);
+  if (options.deadline !== undefined && options.timeoutMs === undefined)
+    deadline = options.deadline;
+  else if (options.deadline !== undefined) deadline = Math.min(deadline, options.deadline);
+  const timeoutMs = Math.max(0, deadline - now);
+  const signal = options.signal;
+  let armed = true;
+  const disarm = (): void => {
+    if (!armed) return;
+    armed = false;
+    forgetDeadline();
+    signal?.removeEventListener("abort", onAbort);
+  };
+  const onAbort = (): void => {
+    disarm();
+    onExpired(new LibvirtAbortedError(procedureName, { cause: signal?.reason }));
+  };
+  const onTimeout = (): void => {
+    if (!armed) return;
+    disarm();
+    onExpired(new LibvirtTimeoutError(procedureName, timeoutMs));
+  };
+  const forgetDeadline = deadlines.add(now + timeoutMs, onTimeout);
+  // A deadline already past fails before any reply can be read, not after a timer tick.
+  if (timeoutMs === 0) queueMicrotask(onTimeout);
+  if (signal?.aborted) queueMicrotask(onAbort);
+  else signal?.addEventListener("abort", onAbort, { once: true });
+  return disarm;
 }

@@ -3,9 +3,11 @@
  * (imports nothing else from this project) so it could be published alone.
  *
  * Layers, bottom up: `xdr` (codec) → `xdr-types` (types as values, with
- * their layout) → `protocol` (numbers and structs) →
+ * their layout) → `protocol` (`constants`, `structs`, `procedures`) →
  * `core` (sans-IO framing and routing) → `stream` (upload/download state
- * machines) → `client` (a connection over any Duplex).
+ * machines: `stream-machine`, `upload-stream`, `download-stream`) →
+ * `client` (a connection over any Duplex: `handshake`, `outbox`,
+ * `pending-call`, `deadlines`).
  */
 export * from "./xdr";
 export * as XdrTypes from "./xdr-types";

@@ -8,7 +8,7 @@ import { redactText } from "../common/redact";
  * Fn labels are the Proxmox behaviours listed in docs/proxmox.md, "Proxmox VE behaviours we rely on".
  */
 
-/** What PVE sent back for a failed request (F1). */
+/** What PVE sent back for a failed request (docs/proxmox.md section 9, fact F1). */
 export interface ApiFailure {
   method: string;
   /** Path below /api2/json, e.g. /nodes/pve/qemu/100/config. */

@@ -38,7 +38,7 @@ export interface UploadRequest {
 const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
 /**
- * The Proxmox VE REST API over HTTP/1.1 (F18) with token auth. Errors come out
+ * The Proxmox VE REST API over HTTP/1.1 (docs/proxmox.md section 9, fact F18) with token auth. Errors come out
  * classified (classify.ts) and free of the token. One undici pool per
  * endpoint+trust setting lives for the provider process; the token is per client.
  */

@@ -126,7 +126,8 @@ interface EnsuredVm {
 }
 
 /**
- * Finds our VM (resumed create) or clones a new one. Rule 1: a nameless or
+ * Finds our VM (resumed create) or clones a new one. Rule 1 (docs/proxmox.md
+ * section 9, rules): a nameless or
  * locked entry is in progress, never absent. Rule 2: a taken VMID is
  * inspected; ours is adopted, someone else's with our name refused, anyone
  * else's skipped.

@@ -23,7 +23,7 @@ export type { CheckFailure };
  * instead; `check` reports them as Pulumi check failures.
  */
 
-/** F9 / rule 7: the tag pattern Proxmox accepts once folded to lower case. */
+/** F9 / rule 7 (docs/proxmox.md section 9): the tag pattern Proxmox accepts once folded to lower case. */
 const TAG_PATTERN = /^[a-z0-9_][a-z0-9_\-+.]*$/;
 const STORAGE_ID = /^[a-z][a-z0-9\-_.]*$/i;
 const NODE_NAME = /^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?$/;

@@ -4,7 +4,7 @@ import { buildNoCloudSeed } from "../nocloud";
 import { ProxmoxClient, segment } from "./client";
 import { StartedTask, waitForStarted, waitForTask } from "./tasks";
 
-/** One seed ISO per VM, named after it, on the dedicated ISO storage (rule 11). */
+/** One seed ISO per VM, named after it, on the dedicated ISO storage (docs/proxmox.md section 9, rule 11). */
 function seedFileName(vmName: string): string {
   return `${vmName}-seed.iso`;
 }

@@ -67,7 +67,7 @@ export interface WaitOptions {
  * The pause before each status poll: 50 ms, then 200 ms longer each time, up
  * to 2 s. Dense in the first two seconds, where most tasks of the create flow
  * end (a config write or a seed copy in well under a second, F16's full clone
- * and a start in about two), so a task is seen done within a few hundred ms
+ * (docs/proxmox.md section 9, fact F16) and a start in about two), so a task is seen done within a few hundred ms
  * of the end in five polls; a minutes-long clone is asked about every 2 s.
  */
 export function taskPollPauseMs(

@@ -46,7 +46,7 @@ export function parseNetDevice(value: string): NetDevice | undefined {
 }
 
 /**
- * Rule 12: bridge/VLAN rewrite net0, keeping the model and the MAC the clone
+ * Rule 12 (docs/proxmox.md section 9, rules): bridge/VLAN rewrite net0, keeping the model and the MAC the clone
  * generated; unset leaves net0 as cloned (returns undefined: nothing to write).
  */
 export function rewriteNet0(

@@ -229,23 +229,9 @@ export function installChannelDataWriter(
   channel: ClientChannel,
   negotiatedCipher: () => string,
 ): ChannelDataWriter | null {
-  const internals = client as unknown as { _protocol?: Ssh2Protocol; _sock?: unknown };
-  const protocol = internals._protocol;
-  const state = channel as unknown as Ssh2ChannelState;
-  if (
-    !protocol ||
-    internals._sock !== socket ||
-    typeof protocol.channelData !== "function" ||
-    typeof protocol._packetRW?.write !== "object" ||
-    typeof state._write !== "function" ||
-    typeof state.outgoing?.id !== "number" ||
-    typeof state.outgoing.window !== "number" ||
-    typeof state.outgoing.packetSize !== "number" ||
-    !("_waitWindow" in state && "_chunk" in state && "_chunkcb" in state) ||
-    typeof (ArrayBuffer.prototype as { transfer?: unknown }).transfer !== "function"
-  ) {
-    return null;
-  }
+  const known = knownInternals(client, socket, channel);
+  if (known === null) return null;
+  const { protocol, state } = known;
   const counts = { sealed: 0, handedToSsh2: 0 };
   let packet = Buffer.alloc(0);
   const paddingBytes = new PaddingBytes();
@@ -334,6 +320,42 @@ export function installChannelDataWriter(
     counts.sealed++;
   };
 
+  replaceChannelWrite(state, socket, sendPacket);
+  return { counts };
+}
+
+/** ssh2's client and channel internals, when they have the shape this module knows; null otherwise. */
+function knownInternals(
+  client: Client,
+  socket: Socket,
+  channel: ClientChannel,
+): { protocol: Ssh2Protocol; state: Ssh2ChannelState } | null {
+  const internals = client as unknown as { _protocol?: Ssh2Protocol; _sock?: unknown };
+  const protocol = internals._protocol;
+  const state = channel as unknown as Ssh2ChannelState;
+  if (
+    !protocol ||
+    internals._sock !== socket ||
+    typeof protocol.channelData !== "function" ||
+    typeof protocol._packetRW?.write !== "object" ||
+    typeof state._write !== "function" ||
+    typeof state.outgoing?.id !== "number" ||
+    typeof state.outgoing.window !== "number" ||
+    typeof state.outgoing.packetSize !== "number" ||
+    !("_waitWindow" in state && "_chunk" in state && "_chunkcb" in state) ||
+    typeof (ArrayBuffer.prototype as { transfer?: unknown }).transfer !== "function"
+  ) {
+    return null;
+  }
+  return { protocol, state };
+}
+
+/** Routes the channel's writes through `sendPacket` (ours), keeping ssh2's window bookkeeping. */
+function replaceChannelWrite(
+  state: Ssh2ChannelState,
+  socket: Socket,
+  sendPacket: (id: number, data: Buffer, start: number, length: number) => void,
+): void {
   // The same contract as ssh2's Channel#_write: send what the window allows in packets of at most
   // packetSize, park the rest (and the callback) for ssh2's window-adjust handler, which calls _write again.
   state._write = (data, _encoding, callback) => {
@@ -363,5 +385,4 @@ export function installChannelDataWriter(
     state._chunkcb = undefined;
     callback();
   };
-  return { counts };
 }

@@ -1,5 +1,6 @@
 /**
- * libvirt over SSH with ssh2: log in, forward the host's libvirt unix socket
+ * libvirt over SSH with ssh2: log in (login.ts; through jump hosts when the
+ * target has some), forward the host's libvirt unix socket
  * (direct-streamlocal@openssh.com, what `ssh -L local:/var/run/...` uses) and
  * speak the libvirt protocol over that channel. No ssh binary, no libvirt
  * library. Host keys are verified against known_hosts unless the caller
@@ -9,32 +10,19 @@
  * own; opening the forward and the libvirt handshake have theirs. Dead links
  * are found by SSH keepalives (a silent peer) and libvirt keepalives.
  */
-import { readFileSync } from "node:fs";
-import { homedir } from "node:os";
-import { connect, type Socket } from "node:net";
-import { join } from "node:path";
-import type { Duplex } from "node:stream";
-import { Client, type ClientChannel, type ConnectConfig } from "ssh2";
+import type { Client, ClientChannel } from "ssh2";
 import {
   LibvirtConnection,
   LibvirtTransportError,
   type ConnectionOptions,
 } from "../libvirt-rpc-xdr";
 import { bareHost, hostAndPort } from "./address";
-import { resolveAuth } from "./auth";
 import { installChannelDataWriter, type ChannelDataWriter } from "./channel-data";
+import { ssh2CryptoFacts } from "./ciphers";
+import { SshConnectError } from "./errors";
 import { describeHop, type SshHop } from "./jump";
-import { cipherOffer, linkAlgorithms, ssh2CryptoFacts, type SshLinkAlgorithms } from "./ciphers";
-import { SshAuthError, SshConfigError, SshConnectError, SshHostKeyError } from "./errors";
-import {
-  isNoCommonHostKeyType,
-  parseKnownHosts,
-  pinnedHostKeyAlgorithms,
-  pinnedKeyTypes,
-  verifyHostKey,
-  type KnownHostEntry,
-} from "./known-hosts";
 import { DEFAULT_LIBVIRT_SOCKET } from "./local";
+import { dialOneHop, loginTransportOf, tcpLinkOf, type SshLoginOptions } from "./login";
 
 /** The hypervisor: a hop of its own (user, credentials, host key) plus where libvirt listens there. */
 export interface SshTarget extends SshHop {
@@ -46,19 +34,10 @@ export interface SshTarget extends SshHop {
   jumps?: SshHop[];
 }
 
-export interface SshDialOptions {
-  /** TCP connect + key exchange + authentication. Default 20 s. */
-  handshakeTimeoutMs?: number;
+/** A login's options (login.ts) and what comes after it: the forward and the libvirt connection. */
+export interface SshDialOptions extends SshLoginOptions {
   /** Opening the socket forward. Default 10 s. */
   forwardTimeoutMs?: number;
-  /** SSH keepalive: a ping every interval; the link is dead after countMax unanswered. Default 5 s × 3. */
-  keepaliveIntervalMs?: number;
-  keepaliveCountMax?: number;
-  signal?: AbortSignal;
-  /** Told the algorithms the SSH link negotiated (cipher, MAC, …; nothing secret), once, before login. */
-  onHandshake?: (algorithms: SshLinkAlgorithms) => void;
-  /** Told the local end of the TCP link once SSH is up (for logs, and for tests that find the server side). */
-  onLinkEstablished?: (link: { localAddress: string; localPort: number }) => void;
   /** libvirt connection options (default call deadline, libvirt keepalive, handshake deadline). */
   libvirt?: Omit<ConnectionOptions, "uri" | "signal" | "onClosed">;
   /**
@@ -70,27 +49,6 @@ export interface SshDialOptions {
   /** Told whether our sealing took over the libvirt channel (its packet counts) or ssh2 seals every packet (null). */
   onChannelData?: (sealing: ChannelDataWriter | null) => void;
 }
-
-/** What a dialled client's link is: our TCP socket and the client-to-server cipher of its latest key exchange. */
-const links = new WeakMap<Client, { socket: Socket; cipher: string }>();
-
-function loadKnownHosts(target: SshTarget): KnownHostEntry[] {
-  if (target.knownHosts !== undefined) return parseKnownHosts(target.knownHosts);
-  const file = target.knownHostsFile ?? join(homedir(), ".ssh", "known_hosts");
-  try {
-    return parseKnownHosts(readFileSync(file, "utf8"));
-  } catch (error) {
-    throw new SshConfigError(
-      `ssh knownHosts: cannot read ${file} (${(error as NodeJS.ErrnoException).code ?? "error"}); ` +
-        "pass knownHosts content, point knownHostsFile at a readable file, " +
-        "or (insecure) set insecureSkipHostKeyVerification",
-      { cause: error },
-    );
-  }
-}
-
-/** What each client dialSsh made logs in over: its TCP socket, or a jump host's forward (ssh2 keeps it private). */
-const transportOf = new WeakMap<Client, Duplex>();
 
 /**
  * Logs in over SSH and returns the ready ssh2 client; through the target's
@@ -194,162 +152,6 @@ function channelWithin(
   });
 }
 
-/** One SSH login: over a TCP connection of our own, or over `sock` (a forward from a jump host). */
-function dialOneHop(given: SshHop, options: SshDialOptions, sock?: ClientChannel): Promise<Client> {
-  const target = { ...given, host: bareHost(given.host) };
-  const port = target.port ?? 22;
-  const handshakeTimeoutMs = options.handshakeTimeoutMs ?? 20_000;
-  const where = `${target.username}@${hostAndPort(target.host, port)}`;
-  let hostKeyError: SshHostKeyError | undefined;
-  /** The key types known_hosts pins for this host; empty when unverified or nothing is pinned. */
-  let pinned: string[] = [];
-  const auth = resolveAuth(target.username, target);
-  const config: ConnectConfig = {
-    host: target.host,
-    port,
-    username: target.username,
-    authHandler: auth.methods,
-    readyTimeout: handshakeTimeoutMs,
-    keepaliveInterval: options.keepaliveIntervalMs ?? 5000,
-    keepaliveCountMax: options.keepaliveCountMax ?? 3,
-  };
-  const cryptoFacts = ssh2CryptoFacts();
-  if (cryptoFacts) config.algorithms = { cipher: cipherOffer(cryptoFacts) as never };
-  if (target.insecureSkipHostKeyVerification === true) {
-    config.hostVerifier = () => true;
-  } else {
-    const entries = loadKnownHosts(target);
-    const algorithms = pinnedHostKeyAlgorithms(entries, target.host, port);
-    if (algorithms)
-      config.algorithms = { ...config.algorithms, serverHostKey: algorithms as never };
-    pinned = pinnedKeyTypes(entries, target.host, port);
-    config.hostVerifier = (key: Buffer): boolean => {
-      const verdict = verifyHostKey(entries, target.host, port, key);
-      if (!verdict.ok) hostKeyError = verdict.error;
-      return verdict.ok;
-    };
-  }
-
-  return new Promise<Client>((resolve, reject) => {
-    const client = new Client();
-    const link: { socket?: Socket } = {};
-    let settled = false;
-    const finish = (error?: Error): void => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(backstop);
-      options.signal?.removeEventListener("abort", onAbort);
-      if (error) {
-        client.removeAllListeners("ready");
-        client.on("error", () => undefined);
-        client.destroy();
-        link.socket?.destroy();
-        sock?.destroy();
-        reject(error);
-      } else {
-        resolve(client);
-      }
-    };
-    const onAbort = (): void =>
-      finish(new SshConnectError(`ssh to ${where} was aborted`, { cause: options.signal?.reason }));
-    // Covers TCP connect (and a DNS lookup that hangs) plus the SSH handshake as one deadline.
-    const backstop = setTimeout(
-      () =>
-        finish(
-          new SshConnectError(`ssh to ${where} did not complete within ${handshakeTimeoutMs} ms`),
-        ),
-      handshakeTimeoutMs,
-    );
-    backstop.unref();
-    if (options.signal?.aborted) {
-      onAbort();
-      return;
-    }
-    options.signal?.addEventListener("abort", onAbort, { once: true });
-    let authenticating = false;
-    /** An agent that cannot be reached or cannot sign: ssh2 says so and goes on with the next key. */
-    let agentProblem: string | undefined;
-    client.once("handshake", (negotiated) => {
-      authenticating = true;
-      options.onHandshake?.(linkAlgorithms(negotiated, cryptoFacts?.nativeBinding ?? null));
-    });
-    // Every key exchange (a rekey too) says which cipher the next packets use.
-    client.on("handshake", (negotiated) => {
-      if (link.socket) links.set(client, { socket: link.socket, cipher: negotiated.cs.cipher });
-    });
-    client.once("ready", () => {
-      options.onLinkEstablished?.({
-        localAddress: link.socket?.localAddress ?? "",
-        localPort: link.socket?.localPort ?? 0,
-      });
-      finish();
-    });
-    client.on("error", (error: Error & { level?: string }) => {
-      if (error.level === "agent") {
-        agentProblem = error.message;
-        return;
-      }
-      if (hostKeyError) finish(hostKeyError);
-      else if (pinned.length > 0 && isNoCommonHostKeyType(error)) {
-        finish(new SshHostKeyError("type-not-offered", target.host, port, "", "", pinned));
-      } else if (
-        error.level === "client-authentication" ||
-        (authenticating && isRefusedLogin(error))
-      ) {
-        finish(
-          new SshAuthError(
-            `ssh to ${where}: the host accepted none of the offered credentials ` +
-              `(${auth.offered})` +
-              (agentProblem === undefined
-                ? ""
-                : `; the ssh-agent could not be used (${agentProblem}): is SSH_AUTH_SOCK stale?`) +
-              `; check that ${target.username} is the right user and that ` +
-              `the key's public half is in ${target.username}'s authorized_keys on ${target.host}`,
-            { cause: error },
-          ),
-        );
-      } else if (error.level === "client-timeout") {
-        finish(
-          new SshConnectError(`ssh to ${where}: no handshake within ${handshakeTimeoutMs} ms`, {
-            cause: error,
-          }),
-        );
-      } else {
-        finish(new SshConnectError(`ssh to ${where} failed: ${error.message}`, { cause: error }));
-      }
-    });
-    client.once("close", () =>
-      finish(new SshConnectError(`ssh to ${where}: the connection closed during login`)),
-    );
-    if (sock !== undefined) {
-      transportOf.set(client, sock);
-      client.connect({ ...config, sock });
-      return;
-    }
-    // We open the TCP connection ourselves so the deadline covers it and we know our end of it.
-    const tcp = connect({ host: target.host, port });
-    link.socket = tcp;
-    transportOf.set(client, tcp);
-    tcp.setNoDelay(true);
-    tcp.once("error", (error) =>
-      finish(new SshConnectError(`ssh to ${where} failed: ${error.message}`, { cause: error })),
-    );
-    tcp.once("connect", () => {
-      tcp.removeAllListeners("error");
-      client.connect({ ...config, sock: tcp });
-    });
-  });
-}
-
-/**
- * sshd ends a login that used up MaxAuthTries with a disconnect ("Too many
- * authentication failures"), not an auth failure: it is the same "no".
- * Reason 14 is SSH_DISCONNECT_NO_MORE_AUTH_METHODS_AVAILABLE (RFC 4253).
- */
-function isRefusedLogin(error: Error & { code?: unknown }): boolean {
-  return error.code === 14 || /authentication failures|no more auth/i.test(error.message);
-}
-
 function forwardSocket(
   client: Client,
   socketPath: string,
@@ -380,9 +182,9 @@ function forwardSocket(
  * does not take over.
  */
 export function sealChannelData(client: Client, channel: ClientChannel): ChannelDataWriter | null {
-  const link = links.get(client);
+  const link = tcpLinkOf(client);
   if (!link || ssh2CryptoFacts()?.nativeBinding !== false) return null;
-  return installChannelDataWriter(client, link.socket, channel, () => links.get(client)!.cipher);
+  return installChannelDataWriter(client, link.socket, channel, () => tcpLinkOf(client)!.cipher);
 }
 
 /**
@@ -404,7 +206,7 @@ export function sealChannelData(client: Client, channel: ClientChannel): Channel
  * packet crosses. Returns the stop.
  */
 function acknowledgeWhileForwarding(client: Client): () => void {
-  const transport = transportOf.get(client);
+  const transport = loginTransportOf(client);
   if (transport === undefined) return () => undefined;
   let next: NodeJS.Immediate | undefined;
   const onData = (): void => {
