@@ -29,6 +29,7 @@ import {
   sharedEgressMessage,
   type EgressGroup,
 } from "./egress-diversity";
+import { memberUrls, poolIpFamilyProblems, poolTakesIpv6 } from "./dual-stack";
 import { checkExporterArgsProblems } from "./kubernetes-exporter";
 import { placeProxies, placementProblems, type PlacementBackend } from "./placement";
 import { publishedReadiness, type EndpointCheck } from "./published-checks";
@@ -95,7 +96,13 @@ export interface EgressProxyPoolArgs {
    * proxy, with the pool's basic auth. Each proxy then reports `egressIp`, and
    * the pool groups them in `egress`. See docs/egress.md.
    */
-  egressCheck?: { url: string; field?: string };
+  egressCheck?: { url: string; field?: string; ipv6Url?: string };
+  /**
+   * The address families of every VM proxy whose backend sets none: default
+   * ["ipv4"]; ["ipv4", "ipv6"] is dual stack (SLAAC), ["ipv6"] IPv6 only. With
+   * IPv6, squid.allowedClientCidrs must list an IPv6 range. docs/egress.md.
+   */
+  ipFamilies?: ("ipv4" | "ipv6")[];
   /** With egressCheck: several proxies sharing one egress address is an error (before publishing), not a warning. */
   requireDistinctEgress?: boolean;
   /**
@@ -155,6 +162,10 @@ export interface ProxyDetails {
   ready: boolean | null;
   /** The resource's `state` as the last create or refresh found it; null in state from before it was reported. */
   state: string | null;
+  /** Only for a member that takes IPv6: its IPv6 address, URL and exit address (null while unknown). */
+  ipv6Address?: string | null;
+  endpointIpv6?: string | null;
+  egressIpv6?: string | null;
 }
 
 export class PoolArgsError extends Error {}
@@ -174,6 +185,7 @@ export function poolArgsProblems(args: EgressProxyPoolArgs): string[] {
       );
   });
   problems.push(...egressArgsProblems(args));
+  problems.push(...poolIpFamilyProblems(args));
   problems.push(...lifecycleArgsProblems(args));
   problems.push(...checkExporterArgsProblems(args.kubernetes?.exporter));
   if (problems.length === 0) problems.push(...rotateProblems(args));
@@ -290,6 +302,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       userData: this.userData(args, password),
       readiness: { mode: args.readiness?.mode ?? "port", port },
       egressCheck: this.egressCheck(args),
+      ...(args.ipFamilies === undefined ? {} : { ipFamilies: args.ipFamilies }),
       rotate: args.rotate,
       egressRecheck: args.recheckEgress ?? true,
       ...(args.rotateAfterDays === undefined ? {} : { rotateAfterDays: args.rotateAfterDays }),
@@ -321,7 +334,12 @@ export class EgressProxyPool extends pulumi.ComponentResource {
             member.egressIp,
             member.checkedAt,
             member.endpoint,
-            pulumi.all([member.state, member.egressProblem, member.createdAt]),
+            pulumi.all([
+              member.state,
+              member.egressProblem,
+              member.createdAt,
+              pulumi.all([member.ipv6.address, member.ipv6.endpoint, member.ipv6.egressIp]),
+            ]),
           ])
           .apply(
             ([
@@ -332,7 +350,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
               egressIp,
               checkedAt,
               endpoint,
-              [state, problem, createdAt],
+              [state, problem, createdAt, [ipv6Address, endpointIpv6, egressIpv6]],
             ]) => ({
               name: proxy.key,
               backend: proxy.backend,
@@ -350,6 +368,14 @@ export class EgressProxyPool extends pulumi.ComponentResource {
               rotateAfter: rotateAfterOf(createdAt, args.rotateAfterDays),
               ready: publishedReadiness(state, checkedAt, checked, problem),
               state: state ?? null,
+              // An IPv4-only member's details stay as they were.
+              ...(ipv6Address === undefined
+                ? {}
+                : {
+                    ipv6Address,
+                    endpointIpv6: endpointIpv6 ?? null,
+                    egressIpv6: egressIpv6 ?? null,
+                  }),
             }),
           ),
       );
@@ -363,14 +389,28 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     // Everything published waits for the diversity verdict: requireDistinctEgress fails it first.
     const verdict = pulumi.all([this.proxies, this.egress]);
     const known = (urls: (string | null)[]): string[] => urls.flatMap((url) => url ?? []);
+    // A dual-stack member publishes its IPv6 URL right after its first one (memberUrls).
     this.endpoints = pulumi
-      .all([verdict, pulumi.all(members.map((member) => member.endpoint))])
-      .apply(([, urls]) => known(urls));
+      .all([
+        verdict,
+        pulumi.all(members.map((member) => pulumi.all([member.endpoint, member.ipv6.endpoint]))),
+      ])
+      .apply(([, urls]) => urls.flatMap(([primary, ipv6]) => memberUrls(primary, ipv6)));
     this.endpointsWithCredentials = pulumi
-      .all([verdict, pulumi.all(members.map((member) => member.endpointWithCredentials))])
-      .apply(([, urls]) => known(urls));
+      .all([
+        verdict,
+        pulumi.all(
+          members.map((member) =>
+            pulumi.all([member.endpointWithCredentials, member.ipv6.endpointWithCredentials]),
+          ),
+        ),
+      ])
+      .apply(([, urls]) => urls.flatMap(([primary, ipv6]) => memberUrls(primary, ipv6)));
     const serviceAddresses = pulumi
       .all([verdict, pulumi.all(members.map((member) => member.serviceAddress))])
+      .apply(([, ips]) => known(ips));
+    const serviceAddressesIpv6 = pulumi
+      .all([verdict, pulumi.all(members.map((member) => member.ipv6.serviceAddress))])
       .apply(([, ips]) => known(ips));
 
     if (args.kubernetes !== undefined)
@@ -379,6 +419,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
         args.kubernetes,
         {
           addresses: serviceAddresses,
+          ...(poolTakesIpv6(args) ? { ipv6Addresses: serviceAddressesIpv6 } : {}),
           // With requireDistinctEgress even the Service waits for the verdict; else preview shows the port.
           port: args.requireDistinctEgress === true ? this.egress.apply(() => port) : port,
           urls: this.endpointsWithCredentials,
@@ -435,6 +476,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     return {
       url: args.egressCheck.url,
       field: args.egressCheck.field,
+      ...(args.egressCheck.ipv6Url === undefined ? {} : { ipv6Url: args.egressCheck.ipv6Url }),
       proxyAuth:
         basicAuth === undefined
           ? undefined
@@ -456,8 +498,8 @@ function rotateAfterOf(
 /** What the Kubernetes publishing says about each proxy with an address. */
 function endpointChecks(proxies: readonly ProxyDetails[]): EndpointCheck[] {
   // One check per published URL, in the same order (proxies.json pairs them by position).
-  return proxies.flatMap((proxy) =>
-    proxy.endpoint === null
+  return proxies.flatMap((proxy) => [
+    ...(proxy.endpoint === null
       ? []
       : [
           {
@@ -466,6 +508,17 @@ function endpointChecks(proxies: readonly ProxyDetails[]): EndpointCheck[] {
             egressIp: proxy.egressIp,
             checkedAt: proxy.checkedAt,
           },
-        ],
-  );
+        ]),
+    // The IPv6 URL of a dual-stack member, checked over IPv6 (memberUrls' order).
+    ...(proxy.endpointIpv6 === null || proxy.endpointIpv6 === undefined
+      ? []
+      : [
+          {
+            address: proxy.ipv6Address ?? proxy.host,
+            ready: proxy.ready,
+            egressIp: proxy.egressIpv6 ?? null,
+            checkedAt: proxy.checkedAt,
+          },
+        ]),
+  ]);
 }
