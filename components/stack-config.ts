@@ -8,6 +8,8 @@
 import type * as pulumi from "@pulumi/pulumi";
 import { z } from "zod";
 import { kvmProxyInputsSchema } from "../provider/kvm/schema";
+import { egressCheckSchema } from "../provider/common/egress";
+import { ipFamiliesShape } from "../provider/common/ip-families";
 import {
   BACKEND_KEYS,
   backendKeyList,
@@ -199,8 +201,10 @@ export const poolConfigSchema = z.strictObject({
       field: z
         .string({ error: 'egressCheck.field must be a JSON field name, e.g. "ip"' })
         .optional(),
+      ipv6Url: egressCheckSchema.shape.ipv6Url,
     })
     .optional(),
+  ipFamilies: ipFamiliesShape.ipFamilies,
   requireDistinctEgress: z
     .boolean({ error: "requireDistinctEgress must be true or false" })
     .optional(),
@@ -456,6 +460,7 @@ function poolArgs(
     tags: config.tags,
     readiness: config.readiness === undefined ? undefined : { mode: config.readiness },
     egressCheck: config.egressCheck,
+    ...(config.ipFamilies === undefined ? {} : { ipFamilies: config.ipFamilies }),
     requireDistinctEgress: config.requireDistinctEgress,
     rotate: config.rotate,
     recheckEgress: config.recheckEgress,
