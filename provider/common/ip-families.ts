@@ -84,6 +84,10 @@ export const ipFamiliesShape = {
     .refine((families) => new Set(families).size === families.length, {
       error: 'ipFamilies names a family twice; write ["ipv4", "ipv6"]',
     })
+    // ["ipv4"] is the default written out: checked as unset, so writing it replaces no VM.
+    .transform((families) =>
+      families.length === 1 && families[0] === "ipv4" ? undefined : families,
+    )
     .optional(),
   /** How the VM gets its IPv6 address; default SLAAC. Only with "ipv6" in ipFamilies. */
   ipv6: ipv6Schema.optional(),

@@ -42,6 +42,12 @@ describe("ipFamilies and ipv6 inputs", () => {
     assert.equal(validateKvmInputs({ ...base, ipFamilies: ["ipv6"], ipv6: staticV6 }).ok, true);
   });
 
+  it(`checks ["ipv4"] as unset: writing the default out replaces no VM`, () => {
+    const written = validateKvmInputs({ ...base, ipFamilies: ["ipv4"] });
+    assert.ok(written.ok);
+    assert.ok(!("ipFamilies" in written.inputs) || written.inputs.ipFamilies === undefined);
+  });
+
   it("names the field and the fix", () => {
     assert.match(problems({ ipFamilies: [] }), /ipFamilies must name at least one family/);
     assert.match(problems({ ipFamilies: ["ipv4", "ipv4"] }), /names a family twice/);
