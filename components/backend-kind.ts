@@ -26,6 +26,8 @@ export interface PoolDecisions<PoolSettings = unknown> {
   port: number;
   /** squid's basic auth, for the URLs with credentials. */
   basicAuth?: { user: string; password: pulumi.Output<string> };
+  /** The pool's ipFamilies, for VM members whose backend sets none. */
+  ipFamilies?: ("ipv4" | "ipv6")[];
   /** The pool's `rotate`: member key → rotation text (a VM member is replaced when its text changes). */
   rotate?: Record<string, string>;
   /** Re-check every member's egress on refresh (the members' `egressRecheck`). */
@@ -56,7 +58,32 @@ export interface PoolMember {
   endpointWithCredentials: pulumi.Output<string | null>;
   /** An IPv4 address serving on the pool's port, for the Kubernetes Service; null when there is none. */
   serviceAddress: pulumi.Output<string | null>;
+  /**
+   * A VM member that takes IPv6: its IPv6 address (undefined for an IPv4-only
+   * member, whose details then stay as they were), its URLs when that address
+   * is a second one (null for an IPv6-only member, whose `endpoint` it is),
+   * and its exit address over IPv6.
+   */
+  ipv6: MemberIpv6;
 }
+
+export interface MemberIpv6 {
+  address: pulumi.Output<string | null | undefined>;
+  egressIp: pulumi.Output<string | null | undefined>;
+  endpoint: pulumi.Output<string | null>;
+  endpointWithCredentials: pulumi.Output<string | null>;
+  /** The IPv6 address for the Kubernetes Service's IPv6 EndpointSlice; null when there is none. */
+  serviceAddress: pulumi.Output<string | null>;
+}
+
+/** A member without IPv6 (a static proxy: its URL is what it is). */
+export const NO_IPV6: () => MemberIpv6 = () => ({
+  address: pulumi.output(undefined),
+  egressIp: pulumi.output(undefined),
+  endpoint: pulumi.output(null),
+  endpointWithCredentials: pulumi.output(null),
+  serviceAddress: pulumi.output(null),
+});
 
 /**
  * A pool-wide setting a kind owns. Its name is public (a key of
@@ -133,7 +160,11 @@ export const IPV4 = /^\d{1,3}(\.\d{1,3}){3}$/;
 export type VmProxyResource = Pick<
   PoolMember,
   "vmName" | "host" | "egressIp" | "checkedAt" | "egressProblem" | "createdAt" | "state"
-> & { ip: pulumi.Output<string | null> };
+> & {
+  ip: pulumi.Output<string | null>;
+  ipv6Address: pulumi.Output<string | null | undefined>;
+  egressIpv6: pulumi.Output<string | null | undefined>;
+};
 
 /** The member of a VM backend: squid on the pool's port at the VM's address. */
 export function vmMember(
@@ -161,6 +192,30 @@ export function vmMember(
               ip ? proxyUrl(ip, port, { user: basicAuth.user, password }) : null,
             ),
     serviceAddress: resource.ip.apply((ip) => (ip && IPV4.test(ip) ? ip : null)),
+    ipv6: vmMemberIpv6(resource, pool),
+  };
+}
+
+function vmMemberIpv6(resource: VmProxyResource, pool: PoolDecisions): MemberIpv6 {
+  const { port, basicAuth } = pool;
+  // A second address only: an IPv6-only member's IPv6 URL is its `endpoint` already.
+  const second = pulumi
+    .all([resource.ip, resource.ipv6Address])
+    .apply(([ip, ipv6]) => (ipv6 && ipv6 !== ip ? ipv6 : null));
+  const endpoint = second.apply((ipv6) => (ipv6 ? proxyUrl(ipv6, port) : null));
+  return {
+    address: resource.ipv6Address,
+    egressIp: resource.egressIpv6,
+    endpoint,
+    endpointWithCredentials:
+      basicAuth === undefined
+        ? endpoint
+        : pulumi
+            .secret(pulumi.all([second, basicAuth.password]))
+            .apply(([ipv6, password]) =>
+              ipv6 ? proxyUrl(ipv6, port, { user: basicAuth.user, password }) : null,
+            ),
+    serviceAddress: resource.ipv6Address.apply((ipv6) => ipv6 ?? null),
   };
 }
 

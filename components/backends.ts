@@ -22,10 +22,12 @@ import {
   IPV4,
   lifecycleOf,
   vmMember,
+  NO_IPV6,
   type PoolBackendKind,
   type PoolSetting,
   type StackSecret,
 } from "./backend-kind";
+import { memberIpFamilies } from "./dual-stack";
 
 /** Debian 12's official cloud image: has cloud-init, and squid in its archive. */
 export const DEFAULT_KVM_IMAGE = {
@@ -129,6 +131,7 @@ const kvm: PoolBackendKind<KvmBackendSettings, KvmPoolSettings> = {
         memoryMiB: settings.memoryMiB ?? pool.machine?.memoryMiB,
         diskGiB: settings.diskGiB ?? pool.machine?.diskGiB,
         image: settings.image ?? pool.poolSettings.kvmImage ?? DEFAULT_KVM_IMAGE,
+        ...memberIpFamilies(pool.ipFamilies, settings.ipFamilies),
         userData: pool.userData,
         readiness: pool.readiness,
         egressCheck: pool.egressCheck,
@@ -161,6 +164,7 @@ const proxmox: PoolBackendKind<ProxmoxBackendSettings> = {
         memoryMiB: settings.memoryMiB ?? pool.machine?.memoryMiB,
         diskGiB: settings.diskGiB ?? pool.machine?.diskGiB,
         tags: mergeTags(pool.tags, settings.tags),
+        ...memberIpFamilies(pool.ipFamilies, settings.ipFamilies),
         userData: pool.userData,
         readiness: pool.readiness,
         egressCheck: pool.egressCheck,
@@ -250,6 +254,7 @@ const staticBackend: PoolBackendKind<StaticBackendSettings> = {
             ? address
             : null,
         ),
+      ipv6: NO_IPV6(),
     };
   },
 };

@@ -51,6 +51,12 @@ export interface KubernetesPublishingArgs {
 export interface PublishedProxies {
   /** VM addresses (IPv4), unknown in preview. */
   addresses: pulumi.Input<string[]>;
+  /**
+   * Set when the pool's proxies take IPv6: their IPv6 addresses, published in
+   * an EndpointSlice of their own (a slice holds one address type) beside a
+   * Service that asks for both families. Unset: the objects stay IPv4 only.
+   */
+  ipv6Addresses?: pulumi.Input<string[]>;
   /** An output when publishing must wait for the pool's verdict (requireDistinctEgress). */
   port: pulumi.Input<number>;
   /** The URLs written to the Secret (with credentials when the pool has basic auth). */
@@ -69,6 +75,8 @@ export interface KubernetesObjects {
   secret: pulumi.CustomResource;
   service: pulumi.CustomResource;
   endpointSlice: pulumi.CustomResource;
+  /** With IPv6 proxies: the EndpointSlice `<name>-vms-ipv6` (addressType IPv6). */
+  endpointSliceIpv6?: pulumi.CustomResource;
   /** With `exporter`: the check exporter's Deployment and Service. */
   exporter?: ExporterObjects;
 }
@@ -172,6 +180,8 @@ export function publishToKubernetes(
       spec: {
         // No selector: the endpoints are VMs outside the cluster, listed by the slice below.
         type: "ClusterIP",
+        // Pods of either family reach the pool; a single-stack cluster gives its one family.
+        ...(proxies.ipv6Addresses === undefined ? {} : { ipFamilyPolicy: "PreferDualStack" }),
         ports: [
           { name: "http-proxy", port: proxies.port, targetPort: proxies.port, protocol: "TCP" },
         ],
@@ -182,37 +192,40 @@ export function publishToKubernetes(
 
   // The "<service>-" prefix is the convention; the slice's label is what ties it to the Service.
   const sliceName = pulumi.interpolate`${args.name}-vms`;
-  const endpointSlice = new k8s.discovery.v1.EndpointSlice(
+  const slice = (
+    resourceName: string,
+    name: pulumi.Input<string>,
+    addressType: "IPv4" | "IPv6",
+    addresses: pulumi.Input<string[]>,
+  ) =>
+    declareEndpointSlice(k8s, resourceName, {
+      name,
+      namespace: args.namespace,
+      serviceName: args.name,
+      labels,
+      annotations,
+      addressType,
+      addresses,
+      proxies,
+      // The slice is useless before the Service it names.
+      options: { ...options, dependsOn: [service] },
+    });
+  const endpointSlice = slice(
     `${resourceNamePrefix}-endpoints`,
-    {
-      metadata: {
-        name: sliceName,
-        namespace: args.namespace,
-        labels: pulumi.output(labels).apply((base) => ({
-          ...base,
-          "kubernetes.io/service-name": args.name,
-          "endpointslice.kubernetes.io/managed-by": "egress-proxies.dev",
-        })),
-        annotations: pulumi
-          .output(proxies.checks ?? [])
-          .apply((checks) => ({ ...annotations, [CHECKS_ANNOTATION]: checksAnnotation(checks) })),
-      },
-      addressType: "IPv4",
-      ports: [{ name: "http-proxy", port: proxies.port, protocol: "TCP" }],
-      endpoints: pulumi
-        .all([proxies.addresses, proxies.checks ?? []])
-        .apply(([addresses, checks]) =>
-          addresses.map((address) =>
-            sliceEndpoint(
-              address,
-              checks.find((check) => check.address === address),
-            ),
-          ),
-        ),
-    },
-    // The slice is useless before the Service it names.
-    { ...options, dependsOn: [service] },
+    sliceName,
+    "IPv4",
+    proxies.addresses,
   );
+  // One slice per address family: an EndpointSlice holds addresses of one type only.
+  const endpointSliceIpv6 =
+    proxies.ipv6Addresses === undefined
+      ? undefined
+      : slice(
+          `${resourceNamePrefix}-endpoints-ipv6`,
+          pulumi.interpolate`${args.name}-vms-ipv6`,
+          "IPv6",
+          proxies.ipv6Addresses,
+        );
 
   const exporter =
     args.exporter === undefined
@@ -224,5 +237,59 @@ export function publishToKubernetes(
           // It reads the Secret's file: declared after it, so a first start finds the list.
           { ...options, dependsOn: [secret] },
         );
-  return { secret, service, endpointSlice, ...(exporter === undefined ? {} : { exporter }) };
+  return {
+    secret,
+    service,
+    endpointSlice,
+    ...(endpointSliceIpv6 === undefined ? {} : { endpointSliceIpv6 }),
+    ...(exporter === undefined ? {} : { exporter }),
+  };
+}
+
+/** One EndpointSlice of the pool's Service: the VMs of one address family, with their checks. */
+function declareEndpointSlice(
+  k8s: ReturnType<typeof loadKubernetes>,
+  resourceName: string,
+  slice: {
+    name: pulumi.Input<string>;
+    namespace: pulumi.Input<string>;
+    serviceName: pulumi.Input<string>;
+    labels: ReturnType<typeof publishingLabels>;
+    annotations: Record<string, string>;
+    addressType: "IPv4" | "IPv6";
+    addresses: pulumi.Input<string[]>;
+    proxies: PublishedProxies;
+    options: pulumi.CustomResourceOptions;
+  },
+) {
+  const { proxies } = slice;
+  return new k8s.discovery.v1.EndpointSlice(
+    resourceName,
+    {
+      metadata: {
+        name: slice.name,
+        namespace: slice.namespace,
+        labels: pulumi.output(slice.labels).apply((base) => ({
+          ...base,
+          "kubernetes.io/service-name": slice.serviceName,
+          "endpointslice.kubernetes.io/managed-by": "egress-proxies.dev",
+        })),
+        annotations: pulumi.output(proxies.checks ?? []).apply((checks) => ({
+          ...slice.annotations,
+          [CHECKS_ANNOTATION]: checksAnnotation(checks),
+        })),
+      },
+      addressType: slice.addressType,
+      ports: [{ name: "http-proxy", port: proxies.port, protocol: "TCP" }],
+      endpoints: pulumi.all([slice.addresses, proxies.checks ?? []]).apply(([known, checks]) =>
+        known.map((address) =>
+          sliceEndpoint(
+            address,
+            checks.find((check) => check.address === address),
+          ),
+        ),
+      ),
+    },
+    slice.options,
+  );
 }

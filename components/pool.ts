@@ -28,14 +28,10 @@ import {
   sharedEgressMessage,
   type EgressGroup,
 } from "./egress-diversity";
+import { memberUrls, poolIpFamilyProblems, poolTakesIpv6 } from "./dual-stack";
 import { checkExporterArgsProblems } from "./kubernetes-exporter";
-import {
-  placeProxies,
-  placementProblems,
-  type PlacedProxy,
-  type PlacementBackend,
-} from "./placement";
-import { publishedReadiness, type EndpointCheck } from "./published-checks";
+import { placeProxies, placementProblems, type PlacementBackend } from "./placement";
+import { endpointChecks, proxyDetailsOf, type ProxyDetails } from "./proxy-details";
 import {
   DEFAULT_ALLOWED_CLIENT_CIDRS,
   DEFAULT_SQUID_PORT,
@@ -46,6 +42,7 @@ import {
 } from "./squid-cloud-init";
 
 export { proxyUrl } from "./backend-kind";
+export type { ProxyDetails } from "./proxy-details";
 // The registry's names, still exported from this module where earlier code imported them (the
 // package has no exports map, so `egress-proxies/dist/components/pool` is a path users can require).
 export {
@@ -103,7 +100,13 @@ export interface EgressProxyPoolArgs extends BackendPoolSettings {
    * proxy, with the pool's basic auth. Each proxy then reports `egressIp`, and
    * the pool groups them in `egress`. See docs/egress.md.
    */
-  egressCheck?: { url: string; field?: string };
+  egressCheck?: { url: string; field?: string; ipv6Url?: string };
+  /**
+   * The address families of every VM proxy whose backend sets none: default
+   * ["ipv4"]; ["ipv4", "ipv6"] is dual stack (SLAAC), ["ipv6"] IPv6 only. With
+   * IPv6, squid.allowedClientCidrs must list an IPv6 range. docs/egress.md.
+   */
+  ipFamilies?: ("ipv4" | "ipv6")[];
   /** With egressCheck: several proxies sharing one egress address is an error (before publishing), not a warning. */
   requireDistinctEgress?: boolean;
   /**
@@ -132,39 +135,6 @@ export interface EgressProxyPoolArgs extends BackendPoolSettings {
   kubernetes?: KubernetesPublishingArgs;
 }
 
-export interface ProxyDetails {
-  /** The proxy's key in the pool: `<backend>-<index>`. */
-  name: string;
-  backend: string;
-  /** The backend's kind: its key in the pool's backends (kvm, proxmox, …). */
-  kind: string;
-  vmName: string;
-  host: string;
-  ip: string | null;
-  /** The resource's provider id. */
-  id: string;
-  /** http://ip:port, or null while the address is unknown. */
-  endpoint: string | null;
-  /** The address targets see through this proxy (egress check at create); null without a check. */
-  egressIp: string | null;
-  /** When the exit address (or readiness) was last established, ISO 8601; null if nothing was checked. */
-  checkedAt: string | null;
-  /** Why the last egress re-check failed; null when it passed or none ran. */
-  egressProblem: string | null;
-  /** When the VM was created, ISO 8601; null for a static proxy. */
-  createdAt: string | null;
-  /** With rotateAfterDays: when the VM becomes due for rotation by age, ISO 8601; else null. */
-  rotateAfter: string | null;
-  /**
-   * true when readiness checked that the proxy answers; false when the last
-   * create or refresh found it not running (stopped, paused, crashed,
-   * unreachable); null when nothing checked it (readiness "address"/"none").
-   */
-  ready: boolean | null;
-  /** The resource's `state` as the last create or refresh found it; null in state from before it was reported. */
-  state: string | null;
-}
-
 export class PoolArgsError extends Error {}
 
 /** Every problem with the pool's arguments at once, each naming the field and the fix. */
@@ -182,6 +152,7 @@ export function poolArgsProblems(args: EgressProxyPoolArgs): string[] {
       );
   });
   problems.push(...egressArgsProblems(args));
+  problems.push(...poolIpFamilyProblems(args));
   problems.push(...lifecycleArgsProblems(args));
   problems.push(...checkExporterArgsProblems(args.kubernetes?.exporter));
   if (problems.length === 0) problems.push(...rotateProblems(args));
@@ -300,7 +271,12 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       const member = kind.declare(`${name}-${proxy.key}`, settings, proxy, decisions);
       children.set(proxy.key, member.resource);
       members.push(member);
-      details.push(proxyDetailsOf(member, proxy, kind.kind, args));
+      details.push(
+        proxyDetailsOf(member, proxy, kind.kind, {
+          checked: args.egressCheck !== undefined || (args.readiness?.mode ?? "port") === "port",
+          rotateAfterDays: args.rotateAfterDays,
+        }),
+      );
     }
 
     this.port = port;
@@ -311,14 +287,28 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     // Everything published waits for the diversity verdict: requireDistinctEgress fails it first.
     const verdict = pulumi.all([this.proxies, this.egress]);
     const known = (urls: (string | null)[]): string[] => urls.flatMap((url) => url ?? []);
+    // A dual-stack member publishes its IPv6 URL right after its first one (memberUrls).
     this.endpoints = pulumi
-      .all([verdict, pulumi.all(members.map((member) => member.endpoint))])
-      .apply(([, urls]) => known(urls));
+      .all([
+        verdict,
+        pulumi.all(members.map((member) => pulumi.all([member.endpoint, member.ipv6.endpoint]))),
+      ])
+      .apply(([, urls]) => urls.flatMap(([primary, ipv6]) => memberUrls(primary, ipv6)));
     this.endpointsWithCredentials = pulumi
-      .all([verdict, pulumi.all(members.map((member) => member.endpointWithCredentials))])
-      .apply(([, urls]) => known(urls));
+      .all([
+        verdict,
+        pulumi.all(
+          members.map((member) =>
+            pulumi.all([member.endpointWithCredentials, member.ipv6.endpointWithCredentials]),
+          ),
+        ),
+      ])
+      .apply(([, urls]) => urls.flatMap(([primary, ipv6]) => memberUrls(primary, ipv6)));
     const serviceAddresses = pulumi
       .all([verdict, pulumi.all(members.map((member) => member.serviceAddress))])
+      .apply(([, ips]) => known(ips));
+    const serviceAddressesIpv6 = pulumi
+      .all([verdict, pulumi.all(members.map((member) => member.ipv6.serviceAddress))])
       .apply(([, ips]) => known(ips));
 
     if (args.kubernetes !== undefined)
@@ -327,6 +317,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
         args.kubernetes,
         {
           addresses: serviceAddresses,
+          ...(poolTakesIpv6(args) ? { ipv6Addresses: serviceAddressesIpv6 } : {}),
           // With requireDistinctEgress even the Service waits for the verdict; else preview shows the port.
           port: args.requireDistinctEgress === true ? this.egress.apply(() => port) : port,
           urls: this.endpointsWithCredentials,
@@ -356,6 +347,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       userData: this.userData(args, password),
       readiness: { mode: args.readiness?.mode ?? "port", port },
       egressCheck: this.egressCheck(args),
+      ...(args.ipFamilies === undefined ? {} : { ipFamilies: args.ipFamilies }),
       rotate: args.rotate,
       egressRecheck: args.recheckEgress ?? true,
       ...(args.rotateAfterDays === undefined ? {} : { rotateAfterDays: args.rotateAfterDays }),
@@ -407,78 +399,11 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     return {
       url: args.egressCheck.url,
       field: args.egressCheck.field,
+      ...(args.egressCheck.ipv6Url === undefined ? {} : { ipv6Url: args.egressCheck.ipv6Url }),
       proxyAuth:
         basicAuth === undefined
           ? undefined
           : { user: basicAuth.user, password: pulumi.secret(basicAuth.password) },
     };
   }
-}
-
-/** When a VM created at `createdAt` becomes due for rotation by age (the provider's rule: common/egress-recheck.ts). */
-function rotateAfterOf(
-  createdAt: string | null | undefined,
-  days: number | undefined,
-): string | null {
-  if (days === undefined || typeof createdAt !== "string") return null;
-  const born = Date.parse(createdAt);
-  return Number.isNaN(born) ? null : new Date(born + days * 86_400_000).toISOString();
-}
-
-/** What the Kubernetes publishing says about each proxy with an address. */
-function endpointChecks(proxies: readonly ProxyDetails[]): EndpointCheck[] {
-  // One check per published URL, in the same order (proxies.json pairs them by position).
-  return proxies.flatMap((proxy) =>
-    proxy.endpoint === null
-      ? []
-      : [
-          {
-            address: proxy.ip ?? proxy.host,
-            ready: proxy.ready,
-            egressIp: proxy.egressIp,
-            checkedAt: proxy.checkedAt,
-          },
-        ],
-  );
-}
-
-/** What `proxies` says about one member, once its outputs are known. */
-function proxyDetailsOf(
-  member: PoolMember,
-  proxy: PlacedProxy,
-  kind: string,
-  args: EgressProxyPoolArgs,
-): pulumi.Output<ProxyDetails> {
-  const checked = args.egressCheck !== undefined || (args.readiness?.mode ?? "port") === "port";
-  return pulumi
-    .all([
-      member.vmName,
-      member.host,
-      member.ip,
-      member.resource.id,
-      member.egressIp,
-      member.checkedAt,
-      member.endpoint,
-      pulumi.all([member.state, member.egressProblem, member.createdAt]),
-    ])
-    .apply(
-      ([vmName, host, ip, id, egressIp, checkedAt, endpoint, [state, problem, createdAt]]) => ({
-        name: proxy.key,
-        backend: proxy.backend,
-        kind,
-        vmName,
-        host,
-        ip: ip ?? null,
-        id,
-        endpoint: endpoint ?? null,
-        // Absent in state written before the egress check existed.
-        egressIp: egressIp ?? null,
-        checkedAt: checkedAt ?? null,
-        egressProblem: problem?.reason ?? null,
-        createdAt: createdAt ?? null,
-        rotateAfter: rotateAfterOf(createdAt, args.rotateAfterDays),
-        ready: publishedReadiness(state, checkedAt, checked, problem),
-        state: state ?? null,
-      }),
-    );
 }

@@ -7,6 +7,8 @@
  */
 import type * as pulumi from "@pulumi/pulumi";
 import { z } from "zod";
+import { egressCheckSchema } from "../provider/common/egress";
+import { ipFamiliesShape } from "../provider/common/ip-families";
 import type { PoolBackendKind, PoolSetting } from "./backend-kind";
 import {
   BACKEND_KEYS,
@@ -157,8 +159,10 @@ export const poolConfigSchema = z.strictObject({
       field: z
         .string({ error: 'egressCheck.field must be a JSON field name, e.g. "ip"' })
         .optional(),
+      ipv6Url: egressCheckSchema.shape.ipv6Url,
     })
     .optional(),
+  ipFamilies: ipFamiliesShape.ipFamilies,
   requireDistinctEgress: z
     .boolean({ error: "requireDistinctEgress must be true or false" })
     .optional(),
@@ -406,6 +410,7 @@ function poolArgs(
     tags: config.tags,
     readiness: config.readiness === undefined ? undefined : { mode: config.readiness },
     egressCheck: config.egressCheck,
+    ...(config.ipFamilies === undefined ? {} : { ipFamilies: config.ipFamilies }),
     requireDistinctEgress: config.requireDistinctEgress,
     rotate: config.rotate,
     recheckEgress: config.recheckEgress,

@@ -27,6 +27,8 @@ export function egressCheckProblems(
   );
 }
 
+const IPV6_LITERAL_HTTP_URL = /^http:\/\/\[[0-9A-Fa-f:.]+\](:\d{1,5})?(\/\S*)?$/;
+
 /** JSON fields tried in order when `field` is not given (ipify, httpbin, ifconfig.co, ip-api). */
 const DEFAULT_EGRESS_FIELDS = ["ip", "origin", "address", "query"] as const;
 
@@ -45,6 +47,21 @@ export const egressCheckSchema = z.strictObject({
     .string({ error: 'egressCheck.field must be a JSON field name, e.g. "ip" or "client.address"' })
     .regex(/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/, {
       error: 'egressCheck.field must be a JSON field name, e.g. "ip" or "client.address"',
+    })
+    .optional(),
+  /**
+   * With "ipv6" in the proxy's ipFamilies: the same echo service by an IPv6
+   * literal (http://[2001:db8::7]/ip), fetched through the proxy's IPv6
+   * address, so squid must leave over IPv6; its answer is `egressIpv6`.
+   */
+  ipv6Url: z
+    .string({
+      error:
+        'egressCheck.ipv6Url must be an http:// URL whose host is an IPv6 literal, e.g. "http://[2001:db8::7]/ip"',
+    })
+    .regex(IPV6_LITERAL_HTTP_URL, {
+      error:
+        'egressCheck.ipv6Url must be an http:// URL whose host is an IPv6 literal in brackets (a name could resolve to IPv4), e.g. "http://[2001:db8::7]/ip"',
     })
     .optional(),
   /** The proxy's own basic auth, when squid requires it (the pool fills this in). Secret. */
@@ -137,6 +154,8 @@ export interface EgressFinding {
   egressIp: string | null;
   /** When readiness (and the egress check) passed, ISO 8601; null when nothing was checked. */
   checkedAt: string | null;
+  /** Only for a proxy with IPv6: what `ipv6Url` saw through its IPv6 address; null without one. */
+  egressIpv6?: string | null;
 }
 
 /**
@@ -166,7 +185,8 @@ export function egressAddressIn(
   credentials?: ProxyCredentials,
 ): string {
   const { status, body } = answer;
-  const where = `egressCheck ${check.url} through the proxy at ${proxy.host}:${proxy.port}`;
+  const host = proxy.host.includes(":") ? `[${proxy.host}]` : proxy.host;
+  const where = `egressCheck ${check.url} through the proxy at ${host}:${proxy.port}`;
   if (status === 407)
     throw new PermanentError(
       `${where}: the proxy asked for credentials (${describeAnswer(answer)})${credentials === undefined ? "; set egressCheck.proxyAuth" : "; check egressCheck.proxyAuth"}`,
@@ -187,21 +207,44 @@ export async function egressAtReadiness(
   ip: string | null,
   inputs: { readiness: { mode: string; port: number }; egressCheck?: EgressCheck },
   deadline: Deadline,
+  ipv6?: string | null,
 ): Promise<EgressFinding> {
-  if (ip === null || inputs.readiness.mode === "none") return { egressIp: null, checkedAt: null };
+  // Only a proxy with IPv6 carries the IPv6 finding: an IPv4-only one's outputs stay as they were.
+  const v6 = (egressIpv6: string | null) => (ipv6 === undefined ? {} : { egressIpv6 });
+  if (ip === null || inputs.readiness.mode === "none")
+    return { egressIp: null, checkedAt: null, ...v6(null) };
   const check = inputs.egressCheck;
-  if (check === undefined) return { egressIp: null, checkedAt: new Date().toISOString() };
-  const proxy = { host: ip, port: inputs.readiness.port };
+  if (check === undefined)
+    return { egressIp: null, checkedAt: new Date().toISOString(), ...v6(null) };
+  const egressIp = await egressUntilAnswered(
+    { host: ip, port: inputs.readiness.port },
+    check,
+    deadline,
+  );
+  if (ipv6 === undefined || ipv6 === null || check.ipv6Url === undefined)
+    return { egressIp, checkedAt: new Date().toISOString(), ...v6(null) };
+  const egressIpv6 = await egressUntilAnswered(
+    { host: ipv6, port: inputs.readiness.port },
+    { ...check, url: check.ipv6Url },
+    deadline,
+  );
+  if (isIP(egressIpv6) !== 6)
+    throw new PermanentError(
+      `egressCheck ${check.ipv6Url} through the proxy at [${ipv6}]:${inputs.readiness.port}: the answer ${egressIpv6} is not an IPv6 address; egressCheck.ipv6Url must reach the echo service over IPv6 only`,
+    );
+  return { egressIp, checkedAt: new Date().toISOString(), egressIpv6 };
+}
+
+/** The egress address through one of the proxy's addresses, retried until it answers or the deadline. */
+async function egressUntilAnswered(
+  proxy: { host: string; port: number },
+  check: EgressCheck,
+  deadline: Deadline,
+): Promise<string> {
   let last = "no attempt";
   while (!deadline.expired()) {
     try {
-      const egressIp = await fetchEgressAddress(
-        proxy,
-        check,
-        deadline.capped(10_000),
-        check.proxyAuth,
-      );
-      return { egressIp, checkedAt: new Date().toISOString() };
+      return await fetchEgressAddress(proxy, check, deadline.capped(10_000), check.proxyAuth);
     } catch (error) {
       if (error instanceof PermanentError) throw error;
       // An attempt that the overall deadline cut short says nothing about the proxy (on a busy

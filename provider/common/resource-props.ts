@@ -11,8 +11,26 @@ import { secretOutputNames, withSecretInputs } from "./secrets";
 export type EgressCheckArgs = pulumi.Input<{
   url: pulumi.Input<string>;
   field?: pulumi.Input<string>;
+  /** With IPv6 in ipFamilies: an http:// URL whose host is an IPv6 literal, fetched through the proxy's IPv6 address. */
+  ipv6Url?: pulumi.Input<string>;
   proxyAuth?: pulumi.Input<{ user: pulumi.Input<string>; password: pulumi.Input<string> }>;
 }>;
+
+/** Which address families a proxy VM takes and how it gets IPv6 (common/ip-families.ts). */
+export interface IpFamilyArgs {
+  /** Default ["ipv4"]; ["ipv4", "ipv6"] is dual stack; ["ipv6"] takes no IPv4 address. */
+  ipFamilies?: pulumi.Input<pulumi.Input<"ipv4" | "ipv6">[]>;
+  /** Default SLAAC; or a static address: { mode: "static", address: "2001:db8::5/64", gateway: "2001:db8::1" }. */
+  ipv6?: pulumi.Input<
+    | { mode: "slaac"; nameservers?: pulumi.Input<pulumi.Input<string>[]> }
+    | {
+        mode: "static";
+        address: pulumi.Input<string>;
+        gateway?: pulumi.Input<string>;
+        nameservers?: pulumi.Input<pulumi.Input<string>[]>;
+      }
+  >;
+}
 
 /** Our own timeouts, the same on every resource (Pulumi ignores customTimeouts for dynamic resources). */
 export type TimeoutsArgs = pulumi.Input<{

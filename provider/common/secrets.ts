@@ -31,6 +31,7 @@ export const URL_INPUT_PATHS = [
   "image.url",
   "readiness.probeUrl",
   "egressCheck.url",
+  "egressCheck.ipv6Url",
   "apiEndpoint",
   "url",
 ] as const;

@@ -3,6 +3,7 @@
  * to the VM's own NIC (matched by MAC): a guest may bring up docker0 or a VPN
  * interface first, and those addresses are useless to clients.
  */
+import { isRoutableIpv6, pickIpv6, type Ipv6Settings } from "../common/ip-families";
 
 export interface ReportedInterface {
   name: string;
@@ -45,25 +46,65 @@ export interface AddressLookup {
   source: AddressSource | undefined;
   /** Sources that failed (not "had nothing"): reported, never fatal on their own. */
   failures: Array<{ source: AddressSource; message: string }>;
+  /** With `wanted.ipv6`: the VM's IPv6 address (common/ip-families.ts pickIpv6); only the agent knows it. */
+  ipv6?: string;
+}
+
+/** The global IPv6 addresses on the interface whose MAC is ours. */
+export function ipv6AddressesForMac(
+  interfaces: readonly ReportedInterface[],
+  mac: string,
+): string[] {
+  const wanted = mac.toLowerCase();
+  return interfaces
+    .filter((candidate) => candidate.hwaddr?.toLowerCase() === wanted)
+    .flatMap((candidate) => candidate.addrs.filter((entry) => entry.type === "ipv6"))
+    .map((entry) => entry.addr)
+    .filter(isRoutableIpv6);
 }
 
 /**
  * Tries agent → lease → ARP in order; a source that fails or knows nothing
  * passes to the next. Pure orchestration over a `query` function so the
- * order and the failure handling are tested without a host.
+ * order and the failure handling are tested without a host. With
+ * `wanted.ipv6`, the IPv6 address is looked for too (the agent reports it;
+ * leases and ARP are IPv4 tables), and the look-up goes on until each
+ * wanted family is found or every source was asked.
  */
 export async function lookUpAddress(
   mac: string,
   query: (source: AddressSource) => Promise<ReportedInterface[]>,
+  wanted: { ipv4: boolean; ipv6: boolean; settings?: Ipv6Settings } = { ipv4: true, ipv6: false },
 ): Promise<AddressLookup> {
   const failures: AddressLookup["failures"] = [];
-  for (const source of ["agent", "lease", "arp"] as const) {
+  let ip: string | undefined;
+  let ipv6: string | undefined;
+  let source: AddressSource | undefined;
+  for (const each of ["agent", "lease", "arp"] as const) {
     try {
-      const ip = addressForMac(await query(source), mac);
-      if (ip !== undefined) return { ip, source, failures };
+      const interfaces = await query(each);
+      if (wanted.ipv4 && ip === undefined) {
+        ip = addressForMac(interfaces, mac);
+        if (ip !== undefined) source = each;
+      }
+      if (wanted.ipv6 && ipv6 === undefined) {
+        ipv6 = pickIpv6(ipv6AddressesForMac(interfaces, mac), mac, wanted.settings);
+        if (ipv6 !== undefined) source ??= each;
+      }
     } catch (error) {
-      failures.push({ source, message: error instanceof Error ? error.message : String(error) });
+      failures.push({
+        source: each,
+        message: error instanceof Error ? error.message : String(error),
+      });
     }
+    if ((!wanted.ipv4 || ip !== undefined) && (!wanted.ipv6 || ipv6 !== undefined)) break;
   }
-  return { ip: undefined, source: undefined, failures };
+  // An IPv6-only proxy is reached at its IPv6 address.
+  const primary = wanted.ipv4 ? ip : ipv6;
+  return {
+    ip: primary,
+    source: primary === undefined ? undefined : source,
+    failures,
+    ...(wanted.ipv6 ? { ipv6 } : {}),
+  };
 }

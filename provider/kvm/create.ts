@@ -30,6 +30,7 @@ import {
   endpointOf,
   progressLog,
   requireOurs,
+  ipv6Output,
   seedInputOf,
   toError,
   uuidText,
@@ -90,9 +91,14 @@ async function createOnReadyHost(
       session.host.startDomain(domain.handle),
     ]);
     state = "running";
-    const ip = await waitForReadiness(session.host, domain.handle, inputs, deadline);
-    const egress = await egressAtReadiness(ip, inputs, deadline);
-    return { id, outs: plain({ ...outputsOf(session, inputs, domain, { ip, state }), ...egress }) };
+    const ready = await waitForReadiness(session.host, domain.handle, inputs, deadline);
+    const ip = ready?.ip ?? null;
+    const ipv6 = ipv6Output(inputs, ready);
+    const egress = await egressAtReadiness(ip, inputs, deadline, ipv6?.ipv6Address);
+    return {
+      id,
+      outs: plain({ ...outputsOf(session, inputs, domain, { ip, state }), ...ipv6, ...egress }),
+    };
   } catch (error) {
     // The domain exists: record it (marked failed) rather than leak it.
     throw record(domain, state, error);

@@ -38,6 +38,9 @@ export const KVM_CHANGE_TABLE: ChangeTableOf<KvmProxyInputs, "connection" | "ima
   vendorData: "replace",
   installGuestAgent: "replace",
   networkConfig: "replace",
+  // The seed's network-config follows them (common/ip-families.ts).
+  ipFamilies: "replace",
+  ipv6: "replace",
   rotation: "replace",
   startOnBoot: "update",
   running: "update",

@@ -7,6 +7,7 @@
 import { type Deadline, sleepWithin } from "../common/deadline";
 import { isPermanent } from "../common/errors";
 import { deadlineFor, earlier } from "../common/lifecycle";
+import { familiesOf } from "../common/ip-families";
 import { fetchThroughProxy } from "../common/proxy-probe";
 import { waitForTcpPort } from "../common/readiness";
 import type { DomainHandle } from "../libvirt-rpc-xdr";
@@ -15,32 +16,51 @@ import type { LibvirtHost } from "./host";
 import { macAddressFor } from "./naming";
 import type { KvmProxyInputs } from "./schema";
 
-/** Waits for the address from the VM's own NIC, then (by readiness.mode) for the proxy port. */
+/** The proxy's addresses once ready: `ip` is the one clients use first (IPv4 unless it has none). */
+export interface ReadyAddresses {
+  ip: string;
+  /** With "ipv6" in ipFamilies: the VM's IPv6 address (equal to `ip` for an IPv6-only proxy). */
+  ipv6?: string;
+}
+
+/**
+ * Waits for the addresses of the VM's own NIC (each family it takes), then
+ * (by readiness.mode) for the proxy port on each of them: squid must answer
+ * over every family the proxy is published with.
+ */
 export async function waitForReadiness(
   host: LibvirtHost,
   dom: DomainHandle,
   inputs: KvmProxyInputs,
   createDeadline: Deadline,
-): Promise<string | null> {
+): Promise<ReadyAddresses | null> {
   if (inputs.readiness.mode === "none") return null;
   const deadline = earlier(createDeadline, deadlineFor(inputs.timeouts, "ready"));
   const mac = macAddressFor(inputs.vmName);
-  let ip: string | undefined;
-  while (ip === undefined) {
+  const families = familiesOf(inputs);
+  const wanted = { ...families, settings: inputs.ipv6 };
+  let found: { ip: string | undefined; ipv6?: string } = { ip: undefined };
+  while (found.ip === undefined || (families.ipv6 && found.ipv6 === undefined)) {
     // "Agent not connected yet" is the normal state of a booting VM, not an error.
-    ({ ip } = await lookUpAddress(mac, (source) => host.interfaces(dom, source)));
-    if (ip === undefined) {
+    found = await lookUpAddress(mac, (source) => host.interfaces(dom, source), wanted);
+    if (found.ip === undefined || (families.ipv6 && found.ipv6 === undefined)) {
       if (deadline.remainingMs() < 2000)
-        throw deadline.timeoutError(`the guest agent reporting ${inputs.vmName}'s address`);
+        throw deadline.timeoutError(
+          `the guest agent reporting ${inputs.vmName}'s ${found.ip === undefined ? "address" : "IPv6 address (SLAAC needs router advertisements on its network)"}`,
+        );
       await sleepWithin(2000, deadline);
     }
   }
+  const ip = found.ip;
+  const ipv6 = found.ipv6;
   if (inputs.readiness.mode === "port") {
     await waitForTcpPort(ip, inputs.readiness.port, deadline);
+    if (ipv6 !== undefined && ipv6 !== ip)
+      await waitForTcpPort(ipv6, inputs.readiness.port, deadline);
     if (inputs.readiness.probeUrl !== undefined)
       await waitForProxyProbe(ip, inputs.readiness.port, inputs.readiness.probeUrl, deadline);
   }
-  return ip;
+  return ipv6 === undefined ? { ip } : { ip, ipv6 };
 }
 
 /** The proxy is ready when a request through it succeeds; squid may answer 503 while it finishes starting. */
@@ -78,7 +98,7 @@ export async function readyAfterRestart(
   inputs: KvmProxyInputs,
   updateDeadline: Deadline,
   replace: (reason: string, cause: Error) => Error,
-): Promise<string | null> {
+): Promise<ReadyAddresses | null> {
   const readyDeadline = earlier(updateDeadline, deadlineFor(inputs.timeouts, "ready"));
   const startedAt = Date.now();
   try {

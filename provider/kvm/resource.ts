@@ -3,6 +3,7 @@ import {
   resourceOptions,
   resourceProps,
   type EgressCheckArgs,
+  type IpFamilyArgs,
   type TimeoutsArgs,
 } from "../common/resource-props";
 import * as implementation from "./provider";
@@ -51,7 +52,7 @@ export interface KvmConnectionArgs {
   dialTimeoutSeconds?: pulumi.Input<number>;
 }
 
-export interface KvmProxyArgs {
+export interface KvmProxyArgs extends IpFamilyArgs {
   /** The hypervisor over SSH; without it, the libvirt daemon of the machine running Pulumi. */
   connection?: pulumi.Input<KvmConnectionArgs>;
   /** libvirt's socket on the host. Default /var/run/libvirt/libvirt-sock. */
@@ -155,6 +156,10 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly libvirtUuid: pulumi.Output<string>;
   /** The address targets see through this proxy, from `egressCheck` at create; null without one. */
   declare readonly egressIp: pulumi.Output<string | null>;
+  /** With "ipv6" in ipFamilies: the VM's global IPv6 address (undefined for an IPv4-only proxy). */
+  declare readonly ipv6Address: pulumi.Output<string | null | undefined>;
+  /** With "ipv6" in ipFamilies and egressCheck.ipv6Url: the IPv6 address targets see through this proxy. */
+  declare readonly egressIpv6: pulumi.Output<string | null | undefined>;
   /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
   declare readonly checkedAt: pulumi.Output<string | null>;
   /**

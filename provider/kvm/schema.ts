@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { egressCheckSchema } from "../common/egress";
+import { ipFamiliesShape, ipFamilyProblems } from "../common/ip-families";
 import { parseProxyJump } from "../ssh/jump";
 import {
   ownerSchema,
@@ -230,6 +231,7 @@ export const kvmProxyInputsSchema = z
       .regex(POOL_NAME, { error: 'pool must be a libvirt storage pool name, e.g. "default"' })
       .default("default"),
     network: networkSchema.default({ name: "default" }),
+    ...ipFamiliesShape,
     // Machine.
     vmName: vmNameSchema.optional(),
     /** "user" when the name was given, "provider" when check generated it (diff decides deleteBeforeReplace). FROZEN key and values: old state. */
@@ -271,6 +273,10 @@ export const kvmProxyInputsSchema = z
   .refine((inputs) => inputs.userData === undefined || inputs.userDataBase64 === undefined, {
     error: "give userData or userDataBase64, not both",
     path: ["userDataBase64"],
+  })
+  .superRefine((inputs, context) => {
+    for (const [field, message] of ipFamilyProblems(inputs))
+      context.addIssue({ code: "custom", message, path: [field] });
   });
 
 /** Checked inputs, defaults applied; check always fills vmName. */

@@ -8,7 +8,9 @@ import {
 } from "../common/lifecycle";
 import { logToEngine } from "../common/engine-log";
 import { type EgressProblem } from "../common/egress-recheck";
+import { familiesOf, guestNetworkConfig, proxyEndpoint } from "../common/ip-families";
 import { safeErrorMessage } from "../common/redact";
+import { macAddressFor } from "./naming";
 import type { VmState } from "./host";
 import { kvmProxyInputsSchema, validateKvmInputs, type KvmProxyInputs } from "./schema";
 
@@ -31,6 +33,9 @@ export interface KvmProxyOutputs extends KvmProxyInputs {
   /** What the egress check saw at create (see common/egress.ts); absent in older state. */
   egressIp?: string | null;
   checkedAt?: string | null;
+  /** With "ipv6" in ipFamilies: the VM's IPv6 address, and what the egress check saw over IPv6. */
+  ipv6Address?: string | null;
+  egressIpv6?: string | null;
   /** What the last egress re-check found wrong (common/egress-recheck.ts); null or absent when none. */
   egressProblem?: EgressProblem | null;
 }
@@ -97,6 +102,8 @@ export const CARRIED_KEYS = [
   "egressIp",
   "checkedAt",
   "egressProblem",
+  "ipv6Address",
+  "egressIpv6",
 ] as const satisfies readonly (keyof KvmProxyOutputs)[];
 export const OUTPUT_KEYS: readonly string[] = CARRIED_KEYS;
 /** The output keys the resource class declares. */
@@ -130,12 +137,20 @@ export function seedInputOf(inputs: KvmProxyInputs) {
         : inputs.userData,
     vendorData: inputs.vendorData,
     installGuestAgent: inputs.installGuestAgent,
-    networkConfig: inputs.networkConfig,
+    networkConfig: inputs.networkConfig ?? guestNetworkConfig(macAddressFor(inputs.vmName), inputs),
   };
 }
 
+/** The `ipv6Address` output, only for a proxy that takes IPv6 (an IPv4-only one's outputs stay as they were). */
+export function ipv6Output(
+  inputs: Pick<KvmProxyInputs, "ipFamilies">,
+  ready: { ipv6?: string } | null,
+): { ipv6Address: string | null } | undefined {
+  return familiesOf(inputs).ipv6 ? { ipv6Address: ready?.ipv6 ?? null } : undefined;
+}
+
 export const endpointOf = (ip: string, inputs: KvmProxyInputs): string =>
-  `http://${ip}:${inputs.readiness.port}`;
+  proxyEndpoint(ip, inputs.readiness.port);
 
 export function uuidText(uuid: Buffer): string {
   const hex = uuid.toString("hex");

@@ -18,6 +18,7 @@ import {
   Props,
   checkedInputs,
   endpointOf,
+  ipv6Output,
   progressLog,
   requireOurs,
   toError,
@@ -89,8 +90,10 @@ async function applyOnHost(
     await session.host.destroyDomain(handle);
   } else progressLog(`KvmProxy ${vmName}: starting it again (refresh found it not running)`);
   await session.host.startDomain(handle);
-  const ip = await readyAfterRestart(session.host, handle, inputs, deadline, replaceOnNextUp);
-  const egress = await egressAtReadiness(ip, inputs, deadline);
+  const ready = await readyAfterRestart(session.host, handle, inputs, deadline, replaceOnNextUp);
+  const ip = ready?.ip ?? null;
+  const ipv6 = ipv6Output(inputs, ready);
+  const egress = await egressAtReadiness(ip, inputs, deadline, ipv6?.ipv6Address);
   const endpoint = ip ? endpointOf(ip, inputs) : null;
-  return { state: "running", ip, endpoint, ...egress, egressProblem: null };
+  return { state: "running", ip, endpoint, ...ipv6, ...egress, egressProblem: null };
 }

@@ -14,6 +14,7 @@ import {
 } from "../common/lifecycle";
 import { PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
+import { familiesOf, proxyEndpoint } from "../common/ip-families";
 import { waitForTcpPort } from "../common/readiness";
 import { FormFields, ProxmoxClient } from "./client";
 import { isCredentialRejected, isTaskFailure, isVmidTaken } from "./classify";
@@ -27,6 +28,7 @@ import {
   ide2Problem,
   macOf,
   markOfConfig,
+  proxmoxMacFor,
   rewriteNet0,
   tagsValue,
   vmDescription,
@@ -106,7 +108,8 @@ export async function createSteps(
     progress(spec.vmName, `VMID ${vm.ref.vmid} is running`);
     outs = { ...outs, state: "running" };
     outs = await becomeReady(client, spec, vm.ref, outs);
-    return { id, outs: { ...outs, ...(await egressAtReadiness(outs.ip, spec, deadline)) } };
+    const egress = await egressAtReadiness(outs.ip, spec, deadline, outs.ipv6Address);
+    return { id, outs: { ...outs, ...egress } };
   } catch (error) {
     if (error instanceof PartialCreateError) throw error;
     // The VM exists: let Pulumi record it (marked failed) rather than leak it.
@@ -366,7 +369,14 @@ function configChanges(
   // The address comes from the guest agent; make sure its channel exists.
   if (config.agent === undefined || /^(0|enabled=0)/.test(config.agent)) changes.agent = 1;
   const net0 =
-    config.net0 === undefined ? undefined : rewriteNet0(config.net0, spec.bridge, spec.vlanTag);
+    config.net0 === undefined
+      ? undefined
+      : rewriteNet0(
+          config.net0,
+          spec.bridge,
+          spec.vlanTag,
+          familiesOf(spec).ipv6 ? proxmoxMacFor(spec.vmName) : undefined,
+        );
   if (net0 !== undefined) changes.net0 = net0;
   const changed = Object.entries(changes).map(([key, value]) => [key, String(value)]);
   return { changes, config: { ...config, ...Object.fromEntries(changed) } };
@@ -432,12 +442,24 @@ export async function becomeReady(
   if (outs.mac === null)
     throw new PermanentError(`VM ${ref.vmid} has no usable net0 to read its address from`);
   progress(spec.vmName, "waiting for the guest agent to report the address");
-  const ip = await waitForAgentAddress(client, ref, outs.mac, deadline);
-  progress(spec.vmName, `address ${ip}`);
-  const withAddress = { ...outs, ip, endpoint: `http://${ip}:${spec.readiness.port}` };
+  const families = familiesOf(spec);
+  const { ip, ipv6 } = await waitForAgentAddress(client, ref, outs.mac, deadline, {
+    ...families,
+    settings: spec.ipv6,
+  });
+  progress(spec.vmName, `address ${ip}${ipv6 !== undefined && ipv6 !== ip ? ` and ${ipv6}` : ""}`);
+  const withAddress = {
+    ...outs,
+    ip,
+    endpoint: proxyEndpoint(ip, spec.readiness.port),
+    ...(families.ipv6 ? { ipv6Address: ipv6 ?? null } : {}),
+  };
   if (spec.readiness.mode === "address") return withAddress;
   try {
     await waitForTcpPort(ip, spec.readiness.port, deadline);
+    // squid must answer over every family the proxy is published with.
+    if (ipv6 !== undefined && ipv6 !== ip)
+      await waitForTcpPort(ipv6, spec.readiness.port, deadline);
   } catch (error) {
     const cause = withContext(error, {
       operation: "readiness",

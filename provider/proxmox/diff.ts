@@ -22,6 +22,9 @@ export const PROXMOX_CHANGE_TABLE: ChangeTableOf<ProxmoxProxyInputs> = {
   diskGiB: "replace",
   bridge: "replace",
   vlanTag: "replace",
+  // The seed's network-config and net0's MAC follow them (common/ip-families.ts).
+  ipFamilies: "replace",
+  ipv6: "replace",
   userData: "replace",
   vendorData: "replace",
   installGuestAgent: "replace",

@@ -3,6 +3,7 @@ import {
   resourceOptions,
   resourceProps,
   type EgressCheckArgs,
+  type IpFamilyArgs,
   type TimeoutsArgs,
 } from "../common/resource-props";
 import * as implementation from "./provider";
@@ -32,7 +33,7 @@ const proxmoxProvider: pulumi.dynamic.ResourceProvider = {
   },
 };
 
-export interface ProxmoxProxyArgs {
+export interface ProxmoxProxyArgs extends IpFamilyArgs {
   /** API URL, e.g. https://pve.example:8006. Else config egress-proxies:proxmoxEndpoint or PROXMOX_VE_ENDPOINT. */
   apiEndpoint?: pulumi.Input<string>;
   /** `user@realm!tokenid=secret`, stored as a secret. Else config egress-proxies:proxmoxApiToken or PROXMOX_VE_API_TOKEN. */
@@ -121,6 +122,10 @@ export class ProxmoxProxy extends pulumi.dynamic.Resource {
   declare readonly createdAt: pulumi.Output<string>;
   /** The address targets see through this proxy, from `egressCheck` at create; null without one. */
   declare readonly egressIp: pulumi.Output<string | null>;
+  /** With "ipv6" in ipFamilies: the VM's global IPv6 address (undefined for an IPv4-only proxy). */
+  declare readonly ipv6Address: pulumi.Output<string | null | undefined>;
+  /** With "ipv6" in ipFamilies and egressCheck.ipv6Url: the IPv6 address targets see through this proxy. */
+  declare readonly egressIpv6: pulumi.Output<string | null | undefined>;
   /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
   declare readonly checkedAt: pulumi.Output<string | null>;
   /**

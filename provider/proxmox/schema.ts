@@ -1,6 +1,7 @@
 // Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
 import { z } from "zod";
 import { egressCheckSchema } from "../common/egress";
+import { ipFamiliesShape, ipFamilyProblems } from "../common/ip-families";
 import type { EgressProblem } from "../common/egress-recheck";
 import {
   CheckFailure,
@@ -45,7 +46,7 @@ const vmidRangeSchema = z
     error: "vmidRange.last must not be below vmidRange.first; swap them",
   });
 
-export const proxmoxProxyInputsSchema = z.strictObject({
+const proxmoxProxyInputsObject = z.strictObject({
   // Where (credentials may also come from provider config or the environment).
   apiEndpoint: z
     .string({ error: 'apiEndpoint must be the API URL, e.g. "https://pve.example:8006"' })
@@ -90,6 +91,7 @@ export const proxmoxProxyInputsSchema = z.strictObject({
     })
     .optional(),
   vlanTag: wholeNumber("vlanTag", 1, 4094, 20).optional(),
+  ...ipFamiliesShape,
   tags: z
     .array(
       z.string().transform((tag, context) => {
@@ -118,6 +120,11 @@ export const proxmoxProxyInputsSchema = z.strictObject({
   owner: ownerSchema,
 });
 
+export const proxmoxProxyInputsSchema = proxmoxProxyInputsObject.superRefine((inputs, context) => {
+  for (const [field, message] of ipFamilyProblems(inputs))
+    context.addIssue({ code: "custom", message, path: [field] });
+});
+
 /** Checked inputs, defaults applied. */
 export type ProxmoxProxyInputs = z.output<typeof proxmoxProxyInputsSchema> & { vmName: string };
 
@@ -138,6 +145,9 @@ export interface ProxmoxProxyOutputs extends ProxmoxProxyInputs {
   /** What the egress check saw at create (see common/egress.ts); absent in older state. */
   egressIp?: string | null;
   checkedAt?: string | null;
+  /** With "ipv6" in ipFamilies: the VM's IPv6 address, and what the egress check saw over IPv6. */
+  ipv6Address?: string | null;
+  egressIpv6?: string | null;
   /** What the last egress re-check found wrong (common/egress-recheck.ts); null or absent when none. */
   egressProblem?: EgressProblem | null;
 }

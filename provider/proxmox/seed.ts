@@ -20,6 +20,8 @@ export interface SeedSpec {
   userData?: string;
   vendorData?: string;
   installGuestAgent: boolean;
+  /** With "ipv6" in ipFamilies: the network-config that turns IPv6 on (common/ip-families.ts). */
+  networkConfig?: string;
 }
 
 export interface UploadedSeed {
@@ -99,6 +101,9 @@ export class SeedUpload {
         ...(this.spec.userData === undefined ? {} : { userData: this.spec.userData }),
         ...(this.spec.vendorData === undefined ? {} : { vendorData: this.spec.vendorData }),
         installGuestAgent: this.spec.installGuestAgent,
+        ...(this.spec.networkConfig === undefined
+          ? {}
+          : { networkConfig: this.spec.networkConfig }),
       });
       const upid = await this.client.upload<string>(
         `/nodes/${segment(this.spec.node)}/storage/${segment(this.spec.seedStorage)}/upload`,

@@ -18,7 +18,9 @@ import {
   ProxmoxProxyOutputs,
   validateInputs,
 } from "./schema";
+import { guestNetworkConfig } from "../common/ip-families";
 import { VmRef } from "./vm";
+import { proxmoxMacFor } from "./vm-config";
 
 export type Props = Record<string, unknown>;
 
@@ -41,6 +43,8 @@ export const CARRIED_KEYS = [
   "egressIp",
   "checkedAt",
   "egressProblem",
+  "ipv6Address",
+  "egressIpv6",
 ] as const satisfies readonly (keyof ProxmoxProxyOutputs)[];
 
 /** The shared step runner (common/lifecycle.ts), its retries shown in the progress output. */
@@ -81,6 +85,7 @@ export function clientFor(inputs: ConnectionInputs): ProxmoxClient {
 }
 
 export function seedSpec(spec: ProxmoxProxyInputs) {
+  const networkConfig = guestNetworkConfig(proxmoxMacFor(spec.vmName), spec);
   return {
     node: spec.node,
     seedStorage: spec.seedStorage,
@@ -88,6 +93,7 @@ export function seedSpec(spec: ProxmoxProxyInputs) {
     installGuestAgent: spec.installGuestAgent,
     ...(spec.userData === undefined ? {} : { userData: spec.userData }),
     ...(spec.vendorData === undefined ? {} : { vendorData: spec.vendorData }),
+    ...(networkConfig === undefined ? {} : { networkConfig }),
   };
 }
 

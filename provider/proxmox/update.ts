@@ -80,7 +80,7 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
         news,
       );
     });
-    const egress = await egressAtReadiness(ready.ip, spec, deadline);
+    const egress = await egressAtReadiness(ready.ip, spec, deadline, ready.ipv6Address);
     return { outs: plain({ ...ready, ...egress, egressProblem: null }) };
   } catch (error) {
     if (restart) {

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { markFromText, markToText, MarkReading, OwnershipMark } from "../common/mark";
 
 /**
@@ -48,22 +49,34 @@ export function parseNetDevice(value: string): NetDevice | undefined {
 /**
  * Rule 12 (docs/proxmox.md section 9, rules): bridge/VLAN rewrite net0, keeping the model and the MAC the clone
  * generated; unset leaves net0 as cloned (returns undefined: nothing to write).
+ * `mac` replaces the clone's MAC: a VM that takes IPv6 gets one known before
+ * the clone (proxmoxMacFor), because its seed's network-config, uploaded
+ * beside the clone, names its NIC by MAC.
  */
 export function rewriteNet0(
   net0: string,
   bridge: string | undefined,
   vlanTag: number | undefined,
+  mac?: string,
 ): string | undefined {
-  if (bridge === undefined && vlanTag === undefined) return undefined;
+  if (bridge === undefined && vlanTag === undefined && mac === undefined) return undefined;
   const device = parseNetDevice(net0);
   if (device === undefined) return undefined;
   const options = new Map(device.options);
   if (bridge !== undefined) options.set("bridge", bridge);
   if (vlanTag !== undefined) options.set("tag", String(vlanTag));
   return [
-    `${device.model}=${device.mac}`,
+    `${device.model}=${(mac ?? device.mac).toUpperCase()}`,
     ...[...options].map(([key, value]) => `${key}=${value}`),
   ].join(",");
+}
+
+/** A MAC from the VM's name, under Proxmox's own prefix BC:24:11 (a locally administered range it draws from). */
+export function proxmoxMacFor(vmName: string): string {
+  const digest = createHash("sha256").update(`proxmox-mac:${vmName}`).digest();
+  return ["bc", "24", "11", ...[0, 1, 2].map((i) => digest[i].toString(16).padStart(2, "0"))].join(
+    ":",
+  );
 }
 
 export function macOf(config: Record<string, string | undefined>): string | undefined {

@@ -1,5 +1,6 @@
 import { Deadline, sleepWithin } from "../common/deadline";
 import { EgressProxyError, isNotFound, isTransient } from "../common/errors";
+import { pickIpv6, type Ipv6Settings } from "../common/ip-families";
 import { FormFields, ProxmoxClient, segment } from "./client";
 import { StartedTask, waitForStarted, waitForTask } from "./tasks";
 
@@ -253,6 +254,17 @@ export async function agentAddress(
   mac: string,
   timeoutMs: number,
 ): Promise<string | undefined> {
+  return (await agentAddresses(client, ref, mac, timeoutMs)).ipv4;
+}
+
+/** Both families from one agent answer: net0's IPv4 (as agentAddress) and its IPv6 (common/ip-families.ts pickIpv6). */
+export async function agentAddresses(
+  client: ProxmoxClient,
+  ref: VmRef,
+  mac: string,
+  timeoutMs: number,
+  ipv6Settings?: Ipv6Settings,
+): Promise<{ ipv4?: string; ipv6?: string }> {
   const reply = await client.get<{ result?: AgentInterface[] }>(
     `${vmPath(ref)}/agent/network-get-interfaces`,
     {},
@@ -267,7 +279,17 @@ export async function agentAddress(
       !entry["ip-address"].startsWith("169.254.") &&
       entry["ip-address"] !== "0.0.0.0",
   );
-  return address?.["ip-address"];
+  const ipv6 = pickIpv6(
+    (nic?.["ip-addresses"] ?? [])
+      .filter((entry) => entry["ip-address-type"] === "ipv6")
+      .map((entry) => entry["ip-address"]),
+    mac,
+    ipv6Settings,
+  );
+  return {
+    ...(address === undefined ? {} : { ipv4: address["ip-address"] }),
+    ...(ipv6 === undefined ? {} : { ipv6 }),
+  };
 }
 
 /**
@@ -280,15 +302,29 @@ export async function waitForAgentAddress(
   ref: VmRef,
   mac: string,
   deadline: Deadline,
-): Promise<string> {
+  wanted: { ipv4: boolean; ipv6: boolean; settings?: Ipv6Settings } = { ipv4: true, ipv6: false },
+): Promise<{ ip: string; ipv6?: string }> {
   let pauseMs = 250;
   let lastProblem: unknown;
   for (;;) {
     try {
-      const address = await agentAddress(client, ref, mac, deadline.capped(15_000));
-      if (address !== undefined) return address;
+      const found = await agentAddresses(
+        client,
+        ref,
+        mac,
+        deadline.capped(15_000),
+        wanted.settings,
+      );
+      const missing = [
+        ...(wanted.ipv4 && found.ipv4 === undefined ? ["IPv4"] : []),
+        ...(wanted.ipv6 && found.ipv6 === undefined ? ["IPv6"] : []),
+      ];
+      // An IPv6-only proxy is reached at its IPv6 address.
+      const ip = wanted.ipv4 ? found.ipv4 : found.ipv6;
+      if (missing.length === 0 && ip !== undefined)
+        return wanted.ipv6 && found.ipv6 !== undefined ? { ip, ipv6: found.ipv6 } : { ip };
       lastProblem = new Error(
-        `the guest reports no IPv4 address on the interface with MAC ${mac} yet`,
+        `the guest reports no ${missing.join(" or ")} address on the interface with MAC ${mac} yet`,
       );
     } catch (error) {
       if (isNotFound(error)) throw error;

@@ -8,7 +8,8 @@
 # Nothing a lab sets up may outlive it: every change outside the lab's own directory is recorded when it
 # is made (an "undo" line in $STATE_DIR/undo) and taken back by `undo_recorded`, newest first, on
 # `--purge`. A recorded PID counts only while its command name still matches, so a PID reused by
-# another process is never signalled.
+# another process is never signalled. A second process of one command is recorded as COMM:ROLE (e.g.
+# dnsmasq:ra); its command name is the part before the colon.
 
 log() { echo "[$LOG_TAG] $*"; }
 fail() {
@@ -39,7 +40,7 @@ stop_recorded() {
   [ -f "$PIDS" ] || return 0
   tac "$PIDS" | while read -r name pid; do
     [ -n "$pid" ] || continue
-    if [ -d "/proc/$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]; then
+    if [ -d "/proc/$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "${name%%:*}" ]; then
       kill -TERM "$pid"
       for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
       if [ -d "/proc/$pid" ]; then

@@ -5,7 +5,10 @@
 #                     dnsmasq DHCP .100-.199 (DNS off), virtlogd, libvirtd and therefore every qemu
 #                     process and tap. Nothing routes out of it. The /24 is picked when the lab comes up
 #                     (test/lab/free-subnet.py): one that no route, address, resolver or package registry
-#                     of this machine uses.
+#                     of this machine uses. IPv6: a unique-local /64 (test/lab/free-ula.py) on br-lab with
+#                     router advertisements for SLAAC (a second dnsmasq, dnsmasq:ra, no default route),
+#                     set up by host-link.sh at the end of this script, or by the first suite on a lab
+#                     brought up before it had IPv6.
 #   libvirt state   : virtlogd and libvirtd run in a private mount namespace where /etc/libvirt,
 #                     /run/libvirt, /var/lib/libvirt, /var/cache/libvirt and /var/log/libvirt are
 #                     directories under $LAB_DIR/root: the machine's own libvirt files are never touched.

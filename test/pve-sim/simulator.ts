@@ -881,6 +881,11 @@ export class PveSimulator {
         "ip-addresses": [
           { "ip-address": address, "ip-address-type": "ipv4", prefix: 24 },
           { "ip-address": "fe80::be24:11ff:fe00:1", "ip-address-type": "ipv6", prefix: 64 },
+          ...this.guestIpv6(vm, mac).map((entry) => ({
+            "ip-address": entry,
+            "ip-address-type": "ipv6",
+            prefix: 64,
+          })),
         ],
       },
     ];
@@ -891,6 +896,36 @@ export class PveSimulator {
         "ip-addresses": [{ "ip-address": "172.17.0.1", "ip-address-type": "ipv4", prefix: 16 }],
       });
     return { result: interfaces };
+  }
+
+  /**
+   * The global IPv6 address a guest has when its seed's network-config asks
+   * for one (as cloud-init would configure it): the static address written
+   * there, or for SLAAC the address a router on its bridge would hand out,
+   * one /64 per bridge (2001:db8:<n>::/64) and the interface id from the MAC.
+   */
+  private guestIpv6(vm: SimVm, mac: string): string[] {
+    const seed = /^([^:,]+):iso\/([^,]+)/.exec(vm.config.ide2 ?? "");
+    const image = seed === null ? undefined : this.isoFile(seed[1], seed[2]);
+    const text = image?.toString("latin1") ?? "";
+    const fixed = /type: static6\n\s+address: "([0-9a-f:]+)\/\d+"/.exec(text);
+    if (fixed !== null) return [fixed[1]];
+    if (!text.includes("type: ipv6_slaac")) return [];
+    const bridge = /bridge=([^,]+)/.exec(vm.config.net0 ?? "")?.[1] ?? "vmbr0";
+    const net = [...bridge].reduce((sum, char) => (sum * 31 + char.charCodeAt(0)) % 0xffff, 7);
+    const octets = mac.split(":").map((part) => parseInt(part, 16));
+    const id = [
+      octets[0] ^ 0x02,
+      octets[1],
+      octets[2],
+      0xff,
+      0xfe,
+      octets[3],
+      octets[4],
+      octets[5],
+    ];
+    const groups = [0, 2, 4, 6].map((i) => ((id[i] << 8) | id[i + 1]).toString(16));
+    return [`2001:db8:${net.toString(16)}:0:${groups.join(":")}`];
   }
 
   /** "VM is running - destroy failed" unless stopped first; purge + unreferenced disks. */

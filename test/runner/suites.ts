@@ -43,6 +43,7 @@ const LAB_SECONDS: Record<string, number> = {
   "lab/egress.test.js": 200, // (2) squid with auth, NAT, check, one restarted by the egress re-check
   "lab/kvm-proxy.test.js": 95, // (1 + 10 that are not waited for)
   "engine/kvm-egress-rotate.test.js": 240, // (2, then 1) a changed exit address, one member rotated
+  "lab/dual-stack.test.js": 180, // (1) SLAAC + DHCPv4, squid and the egress check over both families (3 Dec)
   "engine/kvm-heal.test.js": 65, // (2, and 4 replacements not waited for) heal on refresh + up
   "engine/kvm-reboot.test.js": 50, // (2, not waited for) a private libvirtd, up and restarted
   "engine/kvm.test.js": 25,
@@ -60,6 +61,7 @@ const QUICK_SECONDS: Record<string, number> = {
   "cloud-init/nocloud-seed.test.js": 2.3,
   "cloud-init/prefix-egress.test.js": 5, // npm pack of the repository: 2 s
   "cloud-init/squid-cloud-init.test.js": 1.1,
+  "cloud-init/network-config.test.js": 0.9,
   "engine/egress.test.js": 1.7,
   "engine/egress-recheck.test.js": 27,
   "engine/examples.test.js": 1.5,
@@ -78,6 +80,7 @@ const QUICK_SECONDS: Record<string, number> = {
   "pve-sim/client.test.js": 2.5,
   "pve-sim/contention.test.js": 1.6,
   "pve-sim/egress.test.js": 0.7,
+  "pve-sim/dual-stack.test.js": 0.8,
   "pve-sim/lifecycle.test.js": 22.6,
   "pve-sim/no-leak.test.js": 19.9,
   "pve-sim/privileges.test.js": 3.9,
@@ -93,6 +96,7 @@ const QUICK_SECONDS: Record<string, number> = {
   "unit/common-lifecycle.test.js": 0.8,
   "unit/common-preview.test.js": 0.8,
   "unit/common.test.js": 0.1,
+  "unit/ip-families.test.js": 0.1,
   "unit/components/placement.test.js": 0.2,
   "unit/components/pool.test.js": 1.9,
   "unit/components/stack-config.test.js": 1.9,

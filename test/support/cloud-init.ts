@@ -68,3 +68,29 @@ export function readSeedWithCloudInit(input: NoCloudSeedInput): CloudInitView {
     scratch.remove();
   }
 }
+
+const NETWORK_RENDERER = join(__dirname, "../../../test/support/cloudinit_network.py");
+
+export interface RenderedNetwork {
+  /** /etc/network/interfaces.d/50-cloud-init as cloud-init's ENI renderer (Debian 12's) writes it. */
+  interfaces: string;
+  /** The udev rule that names the NIC by MAC, or null. */
+  udevRules: string | null;
+  state: Array<{ name: string; mac_address: string | null; subnets: Record<string, unknown>[] }>;
+}
+
+/** Parses a network-config with cloud-init's network_state and renders it with its ENI renderer. */
+export function renderNetworkWithCloudInit(networkConfig: string): RenderedNetwork {
+  const scratch = scratchDir("network");
+  try {
+    const source = join(scratch.dir, "network-config");
+    run("sh", ["-c", 'cat > "$1"', "sh", source], { input: Buffer.from(networkConfig, "utf8") });
+    const out = join(scratch.dir, "root");
+    run("mkdir", [out]);
+    return JSON.parse(
+      run(DEBIAN_PYTHON, [NETWORK_RENDERER, source, out]).toString("utf8"),
+    ) as RenderedNetwork;
+  } finally {
+    scratch.remove();
+  }
+}

@@ -95,7 +95,7 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
     delete headers["proxy-authorization"];
     const upstream = request(
       {
-        host: target.hostname,
+        host: target.hostname.replace(/^\[|\]$/g, ""),
         port: target.port === "" ? 80 : Number(target.port),
         path: `${target.pathname}${target.search}`,
         method: req.method,

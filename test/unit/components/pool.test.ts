@@ -54,6 +54,14 @@ async function useMocks(preview: boolean): Promise<void> {
           // What an egress check would see: every KVM proxy behind one NAT address, Proxmox ones apart.
           if (inputs.egressCheck !== undefined)
             state.egressIp = args.type.includes("Kvm") ? "203.0.113.1" : `203.0.113.${100 + index}`;
+          // A proxy that takes IPv6 (ipFamilies) reports its address; IPv6 only, it is its ip too.
+          const families = inputs.ipFamilies as string[] | undefined;
+          if (families?.includes("ipv6")) {
+            state.ipv6Address = `2001:db8:1::${10 + index}`;
+            if (!families.includes("ipv4")) state.ip = state.ipv6Address;
+            const check = inputs.egressCheck as { ipv6Url?: string } | undefined;
+            state.egressIpv6 = check?.ipv6Url === undefined ? null : `2001:db8:ffff::${index}`;
+          }
         }
         // What a refresh finds when a VM was stopped by hand: the member named "*-stopped-*".
         if (args.type.includes("KvmProxy") || args.type.includes("ProxmoxProxy")) {
@@ -435,6 +443,100 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       assert.equal(labels["app.kubernetes.io/managed-by"], "pulumi");
       assert.equal(labels.team, "data");
     }
+  });
+
+  it("dual stack: both URLs per proxy, an IPv6 EndpointSlice beside the IPv4 one, a PreferDualStack Service", async () => {
+    const instance = new pool.EgressProxyPool("dual", {
+      backends: [KVM("kvm1"), PROXMOX("pve1"), KVM("kvm2")],
+      count: 3,
+      ipFamilies: ["ipv4", "ipv6"],
+      squid: { allowedClientCidrs: ["10.0.0.0/8", "fd00::/8"] },
+      egressCheck: { url: "http://192.0.2.7/ip", ipv6Url: "http://[2001:db8::7]/ip" },
+      kubernetes: { namespace: "crawlers", name: "egress" },
+    } as never);
+    const [endpoints, proxies] = await Promise.all([
+      valueOf(instance.endpoints),
+      valueOf(instance.proxies),
+    ]);
+    await settle();
+    const kvm = plain(registered.find((r) => r.type.includes("KvmProxy"))!.inputs) as {
+      ipFamilies: string[];
+      egressCheck: { ipv6Url: string };
+    };
+    assert.deepEqual(kvm.ipFamilies, ["ipv4", "ipv6"], "the pool's families reach its members");
+    assert.equal(kvm.egressCheck.ipv6Url, "http://[2001:db8::7]/ip");
+    const v6 = proxies.map((proxy) => proxy.ipv6Address);
+    assert.ok(
+      v6.every((address) => typeof address === "string" && address.startsWith("2001:db8:1::")),
+    );
+    assert.deepEqual(
+      endpoints,
+      proxies.flatMap((proxy) => [`http://${proxy.ip}:3128`, `http://[${proxy.ipv6Address}]:3128`]),
+    );
+    assert.ok(proxies.every((proxy) => proxy.egressIpv6?.startsWith("2001:db8:ffff::")));
+    const slices = registered
+      .filter((r) => r.type === "kubernetes:discovery.k8s.io/v1:EndpointSlice")
+      .map((r) => plain(r.inputs)) as Array<{
+      metadata: { name: string; labels: Record<string, string> };
+      addressType: string;
+      endpoints: Array<{ addresses: string[] }>;
+    }>;
+    assert.deepEqual(
+      slices.map((slice) => [slice.metadata.name, slice.addressType]),
+      [
+        ["egress-vms", "IPv4"],
+        ["egress-vms-ipv6", "IPv6"],
+      ],
+    );
+    assert.deepEqual(
+      slices[1].endpoints.flatMap((endpoint) => endpoint.addresses),
+      v6,
+    );
+    assert.equal(slices[1].metadata.labels["kubernetes.io/service-name"], "egress");
+    const service = plain(
+      registered.find((r) => r.type === "kubernetes:core/v1:Service")!.inputs,
+    ) as { spec: { ipFamilyPolicy?: string } };
+    assert.equal(service.spec.ipFamilyPolicy, "PreferDualStack");
+  });
+
+  it("dual stack needs an IPv6 client range in squid, and names the fix", () => {
+    assert.throws(
+      () =>
+        new pool.EgressProxyPool("dual-closed", {
+          backends: [KVM("kvm1")],
+          ipFamilies: ["ipv4", "ipv6"],
+        } as never),
+      /squid\.allowedClientCidrs lists no IPv6 range.*allowedClientCidrs: \["10\.0\.0\.0\/8", "fd00::\/8"\]/,
+    );
+    assert.throws(
+      () =>
+        new pool.EgressProxyPool("dual-bad", {
+          backends: [KVM("kvm1")],
+          ipFamilies: ["ipv4", "ipv4"],
+        } as never),
+      /ipFamilies names a family twice/,
+    );
+  });
+
+  it("an IPv4-only pool declares what it did before: no IPv6 slice, no family policy, no IPv6 details", async () => {
+    const instance = new pool.EgressProxyPool("plain4", {
+      backends: [KVM("kvm1")],
+      count: 1,
+      kubernetes: { namespace: "crawlers", name: "egress" },
+    });
+    const proxies = await valueOf(instance.proxies);
+    await settle();
+    assert.ok(!("ipv6Address" in proxies[0]!) && !("endpointIpv6" in proxies[0]!));
+    assert.equal(
+      registered.filter((r) => r.type === "kubernetes:discovery.k8s.io/v1:EndpointSlice").length,
+      1,
+    );
+    const service = plain(
+      registered.find((r) => r.type === "kubernetes:core/v1:Service")!.inputs,
+    ) as { spec: Record<string, unknown> };
+    assert.ok(!("ipFamilyPolicy" in service.spec));
+    const kvm = plain(registered.find((r) => r.type.includes("KvmProxy"))!.inputs) as object;
+    assert.ok(!("ipFamilies" in kvm));
   });
 
   it("egress check: each proxy checks through squid with the pool's auth; egress groups them by address", async () => {

@@ -57,6 +57,34 @@ describe("root program: stack config", () => {
     );
   });
 
+  it("takes the pool's ipFamilies and egressCheck.ipv6Url, and a backend's own ipv6 settings", () => {
+    const result = poolArgsFromStackConfig({
+      pool: {
+        count: 1,
+        ipFamilies: ["ipv4", "ipv6"],
+        egressCheck: { url: "http://192.0.2.7/", ipv6Url: "http://[2001:db8::7]/" },
+        squid: { allowedClientCidrs: ["10.0.0.0/8", "fd00::/8"] },
+        backends: [
+          {
+            name: "kvm1",
+            kvm: { ipFamilies: ["ipv6"], ipv6: { mode: "static", address: "2001:db8::5/64" } },
+          },
+        ],
+      },
+    });
+    assert.ok(result.ok, JSON.stringify(result));
+    assert.deepEqual(result.args.ipFamilies, ["ipv4", "ipv6"]);
+    assert.equal(result.args.egressCheck?.ipv6Url, "http://[2001:db8::7]/");
+    const kvm = result.args.backends[0] as unknown as { kvm: { ipFamilies: string[] } };
+    assert.deepEqual(kvm.kvm.ipFamilies, ["ipv6"]);
+    assert.ok(
+      problemsOf({ pool: { ipFamilies: ["ipv4", "ipv4"] } }).some((problem) =>
+        /pool\.ipFamilies.*names a family twice/.test(problem),
+      ),
+      problemsOf({ pool: { ipFamilies: ["ipv4", "ipv4"] } }).join("\n"),
+    );
+  });
+
   it("builds pool arguments from a full config, the secret key going to every KVM connection", () => {
     const result = poolArgsFromStackConfig({
       pool: {

@@ -1,0 +1,147 @@
+/**
+ * What the pool says about each member once its outputs are known: the
+ * `proxies` output, and the checks the Kubernetes publishing derives from it.
+ */
+import * as pulumi from "@pulumi/pulumi";
+import type { PoolMember } from "./backend-kind";
+import type { PlacedProxy } from "./placement";
+import type { EndpointCheck } from "./published-checks";
+import { publishedReadiness } from "./published-checks";
+
+export interface ProxyDetails {
+  /** The proxy's key in the pool: `<backend>-<index>`. */
+  name: string;
+  backend: string;
+  /** The backend's kind: its key in the pool's backends (kvm, proxmox, …). */
+  kind: string;
+  vmName: string;
+  host: string;
+  ip: string | null;
+  /** The resource's provider id. */
+  id: string;
+  /** http://ip:port, or null while the address is unknown. */
+  endpoint: string | null;
+  /** The address targets see through this proxy (egress check at create); null without a check. */
+  egressIp: string | null;
+  /** When the exit address (or readiness) was last established, ISO 8601; null if nothing was checked. */
+  checkedAt: string | null;
+  /** Why the last egress re-check failed; null when it passed or none ran. */
+  egressProblem: string | null;
+  /** When the VM was created, ISO 8601; null for a static proxy. */
+  createdAt: string | null;
+  /** With rotateAfterDays: when the VM becomes due for rotation by age, ISO 8601; else null. */
+  rotateAfter: string | null;
+  /**
+   * true when readiness checked that the proxy answers; false when the last
+   * create or refresh found it not running (stopped, paused, crashed,
+   * unreachable); null when nothing checked it (readiness "address"/"none").
+   */
+  ready: boolean | null;
+  /** The resource's `state` as the last create or refresh found it; null in state from before it was reported. */
+  state: string | null;
+  /** Only for a member that takes IPv6: its IPv6 address, URL and exit address (null while unknown). */
+  ipv6Address?: string | null;
+  endpointIpv6?: string | null;
+  egressIpv6?: string | null;
+}
+
+/** When a VM created at `createdAt` becomes due for rotation by age (the provider's rule: common/egress-recheck.ts). */
+function rotateAfterOf(
+  createdAt: string | null | undefined,
+  days: number | undefined,
+): string | null {
+  if (days === undefined || typeof createdAt !== "string") return null;
+  const born = Date.parse(createdAt);
+  return Number.isNaN(born) ? null : new Date(born + days * 86_400_000).toISOString();
+}
+
+/** What the Kubernetes publishing says about each proxy with an address. */
+export function endpointChecks(proxies: readonly ProxyDetails[]): EndpointCheck[] {
+  // One check per published URL, in the same order (proxies.json pairs them by position).
+  return proxies.flatMap((proxy) => [
+    ...(proxy.endpoint === null
+      ? []
+      : [
+          {
+            address: proxy.ip ?? proxy.host,
+            ready: proxy.ready,
+            egressIp: proxy.egressIp,
+            checkedAt: proxy.checkedAt,
+          },
+        ]),
+    // The IPv6 URL of a dual-stack member, checked over IPv6 (memberUrls' order).
+    ...(proxy.endpointIpv6 === null || proxy.endpointIpv6 === undefined
+      ? []
+      : [
+          {
+            address: proxy.ipv6Address ?? proxy.host,
+            ready: proxy.ready,
+            egressIp: proxy.egressIpv6 ?? null,
+            checkedAt: proxy.checkedAt,
+          },
+        ]),
+  ]);
+}
+
+/** What `proxies` says about one member, once its outputs are known. */
+export function proxyDetailsOf(
+  member: PoolMember,
+  proxy: PlacedProxy,
+  kind: string,
+  pool: { checked: boolean; rotateAfterDays?: number },
+): pulumi.Output<ProxyDetails> {
+  const checked = pool.checked;
+  return pulumi
+    .all([
+      member.vmName,
+      member.host,
+      member.ip,
+      member.resource.id,
+      member.egressIp,
+      member.checkedAt,
+      member.endpoint,
+      pulumi.all([
+        member.state,
+        member.egressProblem,
+        member.createdAt,
+        pulumi.all([member.ipv6.address, member.ipv6.endpoint, member.ipv6.egressIp]),
+      ]),
+    ])
+    .apply(
+      ([
+        vmName,
+        host,
+        ip,
+        id,
+        egressIp,
+        checkedAt,
+        endpoint,
+        [state, problem, createdAt, [ipv6Address, endpointIpv6, egressIpv6]],
+      ]) => ({
+        name: proxy.key,
+        backend: proxy.backend,
+        kind,
+        vmName,
+        host,
+        ip: ip ?? null,
+        id,
+        endpoint: endpoint ?? null,
+        // Absent in state written before the egress check existed.
+        egressIp: egressIp ?? null,
+        checkedAt: checkedAt ?? null,
+        egressProblem: problem?.reason ?? null,
+        createdAt: createdAt ?? null,
+        rotateAfter: rotateAfterOf(createdAt, pool.rotateAfterDays),
+        ready: publishedReadiness(state, checkedAt, checked, problem),
+        state: state ?? null,
+        // An IPv4-only member's details stay as they were.
+        ...(ipv6Address === undefined
+          ? {}
+          : {
+              ipv6Address,
+              endpointIpv6: endpointIpv6 ?? null,
+              egressIpv6: egressIpv6 ?? null,
+            }),
+      }),
+    );
+}

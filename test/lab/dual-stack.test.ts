@@ -1,0 +1,150 @@
+/**
+ * A dual-stack KvmProxy in the lab, one TCG guest: the seed's network-config
+ * turns IPv6 on (SLAAC from the router advertisements host-link.sh starts on
+ * br-lab), create waits for an address of each family from the guest agent
+ * and for squid's port on both, and the egress check reaches the echo service
+ * on this machine's lab leg once by its IPv4 literal through the VM's IPv4
+ * address and once by its IPv6 literal through the VM's IPv6 address. The
+ * guest, the echo servers and the cached base image are removed in `after`,
+ * also when a test fails.
+ */
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { poolUserData, squidCloudConfig } from "../../components/squid-cloud-init";
+import { eui64InterfaceId, ipv6Bytes } from "../../provider/common/ip-families";
+import { closeAllHosts } from "../../provider/kvm/connect";
+import * as kvm from "../../provider/kvm/provider";
+import { openLocalLibvirt } from "../../provider/ssh/local";
+import { getThroughProxy, startEchoServer, type RunningServer } from "../support/forward-proxy";
+import { useLab, type LabEnv } from "./fixture";
+import { dhcpAddressPattern } from "./lab";
+import {
+  ensureProxyImage,
+  labConnection,
+  linkHostToLab,
+  removeCachedBaseImage,
+  serveImage,
+  type ProxyImage,
+  type RunningServer as ImageServer,
+} from "./kvm-support";
+
+const AUTH = { user: "crawler", password: "dual stack lab secret" };
+const owner = { project: "egress-lab", stack: "dual-stack-test", resource: "proxy" };
+
+describe("dual stack in the lab (one squid VM over IPv4 and IPv6)", function () {
+  this.timeout(900_000);
+  let lab: LabEnv;
+  let prefix6: string;
+  let hostIpv6: string;
+  let image: ProxyImage;
+  let imageServer: ImageServer | undefined;
+  let echo4: RunningServer | undefined;
+  let echo6: RunningServer | undefined;
+  let created: { id: string; outs: Record<string, unknown> } | undefined;
+
+  before(async () => {
+    lab = await useLab();
+    // Also brings IPv6 up on a lab started before it had any (idempotent).
+    await linkHostToLab(lab);
+    prefix6 = readFileSync(join(lab.labDir, "subnet6"), "utf8").trim();
+    hostIpv6 = `${prefix6}::fe`;
+    image = await ensureProxyImage();
+    imageServer = await serveImage(image);
+    // The echo service on this machine's lab leg, one per family.
+    echo4 = await startEchoServer(lab.hostAddress);
+    echo6 = await startEchoServer(hostIpv6);
+    const userData = poolUserData(
+      squidCloudConfig({
+        port: 3128,
+        allowedClientCidrs: [lab.subnet, `${prefix6}::/64`],
+        basicAuth: AUTH,
+        extraConfigLines: [],
+      }),
+    );
+    const { inputs, failures } = await kvm.check(
+      {},
+      {
+        owner,
+        vmName: `ds6-${Date.now().toString(36)}`,
+        connection: labConnection(lab),
+        pool: lab.pool,
+        network: { bridge: lab.bridge },
+        domainType: "qemu",
+        memoryMiB: 512,
+        image: { url: imageServer.url, sha256: image.sha256 },
+        userData,
+        ipFamilies: ["ipv4", "ipv6"],
+        readiness: { mode: "port", port: 3128 },
+        egressCheck: {
+          url: `http://${lab.hostAddress}:${echo4.port}/`,
+          ipv6Url: `http://[${hostIpv6}]:${echo6.port}/`,
+          proxyAuth: AUTH,
+        },
+        timeouts: { createSeconds: 720, readySeconds: 660, deleteSeconds: 120 },
+      },
+    );
+    assert.deepEqual(failures, []);
+    // Recorded before create, so a failed create still gets its VM removed in `after`.
+    created = {
+      id: `hosts/${lab.sshHost}:${lab.sshPort}/domains/${String(inputs.vmName)}`,
+      outs: inputs,
+    };
+    created = await kvm.create(inputs);
+  });
+
+  after(async function () {
+    this.timeout(300_000);
+    if (created !== undefined)
+      await kvm.remove(created.id, created.outs).catch((error: Error) => {
+        process.stderr.write(`dual-stack lab: could not remove ${created!.id}: ${error.message}\n`);
+      });
+    await echo4?.close();
+    await echo6?.close();
+    if (imageServer !== undefined) {
+      const inspector = await openLocalLibvirt({ socketPath: lab.libvirtSocket });
+      try {
+        await removeCachedBaseImage(inspector, lab.pool, imageServer.url, image.sha256);
+      } finally {
+        await inspector.close();
+        await imageServer.close();
+      }
+    }
+    await closeAllHosts();
+  });
+
+  it("gets an IPv4 lease and a SLAAC address from the lab's /64, made from its MAC", () => {
+    const outs = created!.outs;
+    assert.match(String(outs.ip), dhcpAddressPattern(lab.subnet));
+    const ipv6 = String(outs.ipv6Address);
+    assert.ok(ipv6.startsWith(`${prefix6}:`), `${ipv6} in ${prefix6}::/64`);
+    assert.ok(
+      ipv6Bytes(ipv6)!
+        .subarray(8)
+        .equals(eui64InterfaceId(String(outs.mac))),
+    );
+    assert.equal(outs.endpoint, `http://${String(outs.ip)}:3128`);
+  });
+
+  it("the egress check saw each family's exit address: the VM's own, one per family", () => {
+    const outs = created!.outs;
+    assert.equal(outs.egressIp, outs.ip);
+    assert.equal(outs.egressIpv6, outs.ipv6Address);
+  });
+
+  it("squid answers clients over IPv4 and over IPv6", async () => {
+    const outs = created!.outs;
+    const over4 = await getThroughProxy(
+      { host: String(outs.ip), port: 3128 },
+      `http://[${hostIpv6}]:${echo6!.port}/`,
+      AUTH,
+    );
+    assert.deepEqual([over4.status, over4.body.trim()], [200, outs.ipv6Address]);
+    const over6 = await getThroughProxy(
+      { host: String(outs.ipv6Address), port: 3128 },
+      `http://${lab.hostAddress}:${echo4!.port}/`,
+      AUTH,
+    );
+    assert.deepEqual([over6.status, over6.body.trim()], [200, outs.ip]);
+  });
+});
