@@ -25,7 +25,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { join, resolve } from "node:path";
 import { packRepository } from "../engine/pack";
 import { floorChoice } from "./floor";
-import { findSpecs, workUnits, shard, unitName, type Spec } from "./suites";
+import { findSpecs, guestsOf, takeNextUnit, workUnits, shard, unitName, type Spec } from "./suites";
 import { runningSteps, runStep, stopAll, type StepOutcome, type StepSpec } from "./steps";
 
 const REPO = resolve(__dirname, "..", "..", "..");
@@ -82,19 +82,37 @@ const niced = (step: StepSpec): StepSpec => ({
 /**
  * The lab suites on one worker per core, each suite (or group of suites
  * that share a stock host or the tiny pool) its own mocha process, taken from
- * one queue heaviest first: a guest under TCG keeps a core busy while it
- * boots, so more workers would only slow every guest down (past its boot
- * deadline, on a busy machine), and a queue rather than fixed shards keeps
- * both cores busy however far the weights (LAB_SECONDS) are off. Every suite
+ * one queue heaviest first, as long as the guests booting at once stay
+ * within MAX_GUESTS_AT_ONCE (takeNextUnit): a guest under TCG keeps a core
+ * busy while it boots, so more workers or more guests would only slow every
+ * guest down (past its boot deadline, on a busy machine), and a queue rather
+ * than fixed shards keeps both cores busy however far the weights
+ * (LAB_SECONDS) are off. Every suite
  * gets its own row in the timing table. They share the labs the runner
  * started.
  */
 async function labQueue(specs: readonly Spec[]): Promise<boolean> {
   const queue = workUnits(specs.filter((s) => s.kind === "lab" && !s.alone));
+  let guestsBooting = 0;
+  let wake: Array<() => void> = [];
   const worker = async (): Promise<boolean> => {
     let ok = true;
-    for (let unit = queue.shift(); unit !== undefined; unit = queue.shift())
-      ok = (await step(mocha(`lab ${unitName(unit)}`, unit))) && ok;
+    while (queue.length > 0) {
+      const unit = takeNextUnit(queue, guestsBooting);
+      if (unit === undefined) {
+        await new Promise<void>((resolve) => wake.push(resolve));
+        continue;
+      }
+      guestsBooting += guestsOf(unit);
+      try {
+        ok = (await step(mocha(`lab ${unitName(unit)}`, unit))) && ok;
+      } finally {
+        guestsBooting -= guestsOf(unit);
+        const waiting = wake;
+        wake = [];
+        for (const resolve of waiting) resolve();
+      }
+    }
     return ok;
   };
   return parallel(...Array.from({ length: Math.max(1, cpus().length) }, worker));

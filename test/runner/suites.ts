@@ -34,6 +34,8 @@ export interface Spec {
   group?: string;
   /** Quick and lab specs: the seconds they take alone; root specs: the compiled size. */
   weight: number;
+  /** Lab specs: the most guests it boots at once and waits for (LAB_GUESTS). */
+  guests?: number;
 }
 
 /** Lab suites by the seconds they take alone (guests booted in parentheses); others count 10. */
@@ -55,6 +57,47 @@ const LAB_SECONDS: Record<string, number> = {
   "lab/libvirt-ssh.test.js": 12,
   "lab/ssh-jump.test.js": 16,
 };
+
+/**
+ * Lab suites by the most guests they boot at once and wait for (others: none).
+ * A TCG guest keeps a core busy while it boots, and its readiness budget is
+ * scaled by the load when its suite starts: two suites that each boot two
+ * guests at once on a 2-core machine (with the floor run beside them) push a
+ * boot past that budget, as a CI run showed (3 December 2026). The queue
+ * (test/runner/main.ts labQueue) keeps the guests booting at once within
+ * MAX_GUESTS_AT_ONCE.
+ */
+const LAB_GUESTS: Record<string, number> = {
+  "engine/root-program.test.js": 2,
+  "engine/stock-host.test.js": 1,
+  "lab/egress.test.js": 2,
+  "lab/kvm-proxy.test.js": 1,
+  "engine/kvm-egress-rotate.test.js": 2,
+  "lab/dual-stack.test.js": 1,
+  "engine/kvm-heal.test.js": 2,
+  "engine/kvm-reboot.test.js": 2,
+};
+export const MAX_GUESTS_AT_ONCE = 3;
+
+/** The guests a unit (suites run one after another in one process) boots at once at most. */
+export function guestsOf(unit: readonly Spec[]): number {
+  return unit.reduce((most, spec) => Math.max(most, spec.guests ?? 0), 0);
+}
+
+/**
+ * Takes from `queue` (heaviest first) the first unit whose guests fit beside
+ * the `guestsBooting` ones within MAX_GUESTS_AT_ONCE; a unit that would not
+ * fit even alone is taken when nothing boots. Undefined: none fits now (wait
+ * for a running unit to end).
+ */
+export function takeNextUnit(queue: Spec[][], guestsBooting: number): Spec[] | undefined {
+  const fits = queue.findIndex(
+    (unit) =>
+      guestsBooting + guestsOf(unit) <= MAX_GUESTS_AT_ONCE ||
+      (guestsBooting === 0 && guestsOf(unit) > MAX_GUESTS_AT_ONCE),
+  );
+  return fits < 0 ? undefined : queue.splice(fits, 1)[0];
+}
 
 /** Quick suites by the seconds they take alone (wall, serial, Node 26, December 2026). */
 const QUICK_SECONDS: Record<string, number> = {
@@ -182,10 +225,12 @@ export function findSpecs(testDir: string, cwd: string): Spec[] {
             ? (QUICK_SECONDS[key] ?? QUICK_DEFAULT_SECONDS)
             : statSync(path).size;
       const alone = RUNS_ALONE.test(readFileSync(path, "utf8"));
+      const guests = kind === "lab" ? (LAB_GUESTS[key] ?? 0) : 0;
       return {
         path: relative(cwd, path),
         kind,
         weight,
+        ...(guests > 0 ? { guests } : {}),
         ...(group ? { group } : {}),
         ...(alone ? { alone } : {}),
       };

@@ -1,12 +1,20 @@
 import assert from "node:assert/strict";
 import { logFileName } from "../../runner/steps";
-import { shard, unitName, workUnits, type Spec } from "../../runner/suites";
+import {
+  MAX_GUESTS_AT_ONCE,
+  shard,
+  takeNextUnit,
+  unitName,
+  workUnits,
+  type Spec,
+} from "../../runner/suites";
 
-const spec = (path: string, weight: number, group?: string): Spec => ({
+const spec = (path: string, weight: number, group?: string, guests = 0): Spec => ({
   path: `dist/test/${path}.test.js`,
   kind: "lab",
   weight,
   ...(group ? { group } : {}),
+  ...(guests > 0 ? { guests } : {}),
 });
 
 describe("the test runner's units of lab work", () => {
@@ -45,5 +53,35 @@ describe("the test runner's step logs", () => {
   it("names a lab suite's log file without a directory separator or a space", () => {
     assert.equal(logFileName("lab engine/root-program"), "lab_engine_root-program.log");
     assert.equal(logFileName("lab stock-host (2 suites)"), "lab_stock-host_2_suites_.log");
+  });
+});
+
+describe("the lab queue's guests at once", () => {
+  it("takes the heaviest unit whose guests fit beside the booting ones, else waits", () => {
+    assert.equal(MAX_GUESTS_AT_ONCE, 3);
+    const queue = workUnits([
+      spec("engine/rotate", 240, undefined, 2),
+      spec("lab/egress", 200, undefined, 2),
+      spec("lab/dual-stack", 180, undefined, 1),
+      spec("lab/small", 10),
+    ]);
+    const first = takeNextUnit(queue, 0);
+    assert.equal(first && unitName(first), "engine/rotate");
+    // Two guests boot: the other two-guest suite waits, the one-guest suite goes ahead of it.
+    const second = takeNextUnit(queue, 2);
+    assert.equal(second && unitName(second), "lab/dual-stack");
+    const third = takeNextUnit(queue, 3);
+    assert.equal(third && unitName(third), "lab/small", "a suite without guests always fits");
+    assert.equal(takeNextUnit(queue, 3), undefined, "nothing fits: wait");
+    const last = takeNextUnit(queue, 1);
+    assert.equal(last && unitName(last), "lab/egress");
+    assert.equal(queue.length, 0);
+  });
+
+  it("runs a unit that boots more guests than allowed only when nothing else boots", () => {
+    const queue = workUnits([spec("lab/huge", 100, undefined, 5)]);
+    assert.equal(takeNextUnit(queue, 1), undefined);
+    const unit = takeNextUnit(queue, 0);
+    assert.equal(unit && unitName(unit), "lab/huge");
   });
 });
