@@ -10,7 +10,10 @@
  * - `EGRESS_TEST_TIME_SCALE` (a number ≥ 1, default 1): the knob for a
  *   machine known to be slow (nested virtualisation, a CI runner);
  * - the measured speed: a fixed integer loop timed once per process against
- *   the reference machine (≈45 ms), and the load average per core above 1.
+ *   the reference machine (≈45 ms), and the load per core above 1: the load
+ *   average, or, when the test runner says more guests boot at once than
+ *   that shows (`EGRESS_TEST_GUESTS_AT_ONCE`: the load average lags behind
+ *   guests that have just started), those guests per core.
  *
  * Budgets are deadlines, never assertions on timing: a fast machine finishes
  * early, a slow one gets the time its guests need.
@@ -44,6 +47,15 @@ function configuredScale(): number {
   return scale;
 }
 
+/** Guests booting at once as this suite starts, its own included, when the test runner says. */
+function guestsAtOnce(): number {
+  const raw = process.env.EGRESS_TEST_GUESTS_AT_ONCE;
+  const guests = raw === undefined || raw === "" ? 0 : Number(raw);
+  if (!Number.isInteger(guests) || guests < 0)
+    throw new Error(`EGRESS_TEST_GUESTS_AT_ONCE must be a whole number >= 0, got ${raw}`);
+  return guests;
+}
+
 let factor: number | undefined;
 
 /** How much longer than the reference this machine needs now (≥ 1), times EGRESS_TEST_TIME_SCALE. */
@@ -51,11 +63,13 @@ export function timeScale(): number {
   if (factor === undefined) {
     const loop = [measureLoopMs(), measureLoopMs(), measureLoopMs()].sort((a, b) => a - b)[1]!;
     const speed = Math.max(1, loop / REFERENCE_LOOP_MS);
-    const load = Math.max(1, loadavg()[0]! / Math.max(1, cpus().length));
+    const cores = Math.max(1, cpus().length);
+    const load = Math.max(1, loadavg()[0]! / cores, guestsAtOnce() / cores);
     factor = Math.min(MAX_MACHINE_FACTOR, speed * load) * configuredScale();
     console.log(
       `      [lab] guest time budgets x${factor.toFixed(2)} (loop ${loop.toFixed(0)} ms vs ${REFERENCE_LOOP_MS}, ` +
-        `load ${load.toFixed(2)}/core, EGRESS_TEST_TIME_SCALE ${configuredScale()})`,
+        `load ${load.toFixed(2)}/core, guests at once ${guestsAtOnce()}, ` +
+        `EGRESS_TEST_TIME_SCALE ${configuredScale()})`,
     );
   }
   return factor;
