@@ -24,7 +24,6 @@ import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_pr
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { overlayVolumeName, seedVolumeName } from "../../provider/kvm/naming";
 import { openLocalLibvirt } from "../../provider/ssh/local";
 import { getThroughProxy } from "../support/forward-proxy";
 import { engineCallMs, guestTestTimeoutMs, kvmTimeouts } from "../lab/budgets";
@@ -38,6 +37,7 @@ import {
   serveImage,
   type ProxyImage,
   type RunningServer,
+  assertHostHoldsExactly,
 } from "../lab/kvm-support";
 import {
   CONSUMER_IDENTITY,
@@ -185,11 +185,6 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     execFileSync("ip", ["netns", "exec", lab.netns, ...args], { encoding: "utf8" });
   const virsh = (...args: string[]): string =>
     execFileSync("virsh", ["-q", "-c", lab.uri, ...args], { encoding: "utf8" });
-  const names = (text: string): string[] =>
-    text
-      .split("\n")
-      .map((line) => line.trim().split(/\s+/)[0]!)
-      .filter(Boolean);
   const vmNameOf = (member: Member): string => String(member.stored!.outputs.vmName);
   const ipOf = (member: Member): string => String(member.stored!.outputs.ip);
   const member = (index: number): Member => members[index]!;
@@ -299,19 +294,10 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
 
   /** Everything this suite's VMs own on the host, and what state says they own. */
   function assertHostHoldsExactlyState(): void {
-    const ours = (name: string) => name.startsWith(`${POOL}-`);
-    const domains = names(virsh("list", "--all", "--name"))
-      .filter(ours)
-      .sort();
-    const volumes = names(virsh("vol-list", lab.pool)).filter(ours).sort();
-    const inState = [...members, ...pendingDelete]
-      .filter((m) => m.stored !== undefined)
-      .map(vmNameOf);
-    assert.deepEqual(domains, [...inState].sort(), "domains on the host = domains in state");
-    assert.deepEqual(
-      volumes,
-      inState.flatMap((vm) => [overlayVolumeName(vm), seedVolumeName(vm)]).sort(),
-      "per-VM volumes on the host = those of the VMs in state",
+    assertHostHoldsExactly(
+      lab,
+      `${POOL}-`,
+      [...members, ...pendingDelete].filter((m) => m.stored !== undefined).map(vmNameOf),
     );
   }
 

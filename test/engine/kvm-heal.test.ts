@@ -25,6 +25,7 @@ import {
   removeCachedBaseImage,
   serveImage,
   type RunningServer,
+  assertHostHoldsExactly,
 } from "../lab/kvm-support";
 import {
   captureResourceInputs,
@@ -53,11 +54,6 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
 
   const virsh = (...args: string[]): string =>
     execFileSync("virsh", ["-q", "-c", lab.uri, ...args], { encoding: "utf8" });
-  const names = (text: string): string[] =>
-    text
-      .split("\n")
-      .map((line) => line.trim().split(/\s+/)[0]!)
-      .filter(Boolean);
   const vmNameOf = (member: Member): string => String(member.stored!.outputs.vmName);
   const uuidOf = (member: Member): string => String(member.stored!.outputs.libvirtUuid);
 
@@ -89,17 +85,10 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
 
   /** Everything this suite's members own on the host, and what state says they own. */
   function assertHostHoldsExactlyState(): void {
-    const ours = (name: string) => name.startsWith(`${PREFIX}-`);
-    const domains = names(virsh("list", "--all", "--name"))
-      .filter(ours)
-      .sort();
-    const volumes = names(virsh("vol-list", lab.pool)).filter(ours).sort();
-    const inState = members.filter((m) => m.stored !== undefined).map(vmNameOf);
-    assert.deepEqual(domains, [...inState].sort(), "domains on the host = domains in state");
-    assert.deepEqual(
-      volumes,
-      inState.flatMap((vm) => [overlayVolumeName(vm), seedVolumeName(vm)]).sort(),
-      "per-VM volumes on the host = those of the VMs in state",
+    assertHostHoldsExactly(
+      lab,
+      `${PREFIX}-`,
+      members.filter((m) => m.stored !== undefined).map(vmNameOf),
     );
   }
 

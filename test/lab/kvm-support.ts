@@ -4,14 +4,20 @@
  * way image mirrors do, a target web server on the lab bridge, and inputs
  * shaped like a user's.
  */
-import { execFile } from "node:child_process";
+import assert from "node:assert/strict";
+import { execFile, execFileSync } from "node:child_process";
 import { createReadStream, readFileSync, statSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { resolve } from "node:path";
 import { promisify } from "node:util";
 import { Procedures, type LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
-import { baseImageMarkerName, baseImageVolumeName } from "../../provider/kvm/naming";
+import {
+  baseImageMarkerName,
+  baseImageVolumeName,
+  overlayVolumeName,
+  seedVolumeName,
+} from "../../provider/kvm/naming";
 import { LAB_SCRIPTS_DIR, type LabEnv } from "./lab";
 
 const run = promisify(execFile);
@@ -202,4 +208,33 @@ export function fillPoolOnceVolumeAppears(
       await virsh("vol-delete", "--pool", pool, filler).catch(() => undefined);
     },
   };
+}
+
+/**
+ * The host holds exactly what state records: the domains and per-VM volumes
+ * whose names start with `prefix` are those of the VMs named in `vmNamesInState`.
+ */
+export function assertHostHoldsExactly(
+  lab: LabEnv,
+  prefix: string,
+  vmNamesInState: readonly string[],
+): void {
+  const virsh = (...args: string[]): string =>
+    execFileSync("virsh", ["-q", "-c", lab.uri, ...args], { encoding: "utf8" });
+  const names = (text: string): string[] =>
+    text
+      .split("\n")
+      .map((line) => line.trim().split(/\s+/)[0]!)
+      .filter((name) => name.startsWith(prefix))
+      .sort();
+  assert.deepEqual(
+    names(virsh("list", "--all", "--name")),
+    [...vmNamesInState].sort(),
+    "domains on the host = domains in state",
+  );
+  assert.deepEqual(
+    names(virsh("vol-list", lab.pool)),
+    vmNamesInState.flatMap((vm) => [overlayVolumeName(vm), seedVolumeName(vm)]).sort(),
+    "per-VM volumes on the host = those of the VMs in state",
+  );
 }
