@@ -5,10 +5,16 @@
  */
 import { isIP } from "node:net";
 import { ipFamiliesShape, type IpFamily } from "../provider/common/ip-families";
-import type { EgressProxyPoolArgs } from "./pool";
+
+/** What of the pool's arguments decides its families (structural: pool.ts imports this module). */
+export interface PoolIpFamilyArgs {
+  ipFamilies?: unknown;
+  squid?: { allowedClientCidrs?: readonly string[] };
+  backends?: readonly object[];
+}
 
 /** The pool's own `ipFamilies` and squid's client ranges, each problem naming the field and the fix. */
-export function poolIpFamilyProblems(args: EgressProxyPoolArgs): string[] {
+export function poolIpFamilyProblems(args: PoolIpFamilyArgs): string[] {
   const problems: string[] = [];
   if (args.ipFamilies !== undefined) {
     const parsed = ipFamiliesShape.ipFamilies.safeParse(args.ipFamilies);
@@ -30,17 +36,20 @@ export function poolIpFamilyProblems(args: EgressProxyPoolArgs): string[] {
  * it decides the Kubernetes objects, which must not change for a pool that
  * takes no IPv6.
  */
-export function poolTakesIpv6(args: EgressProxyPoolArgs): boolean {
+export function poolTakesIpv6(args: PoolIpFamilyArgs): boolean {
   const asks = (families: unknown): boolean =>
     Array.isArray(families) && (families as unknown[]).includes("ipv6");
   return (
     asks(args.ipFamilies) ||
-    (args.backends ?? []).some((backend) => {
-      const settings =
-        (backend as { kvm?: unknown; proxmox?: unknown }).kvm ??
-        (backend as { proxmox?: unknown }).proxmox;
-      return asks((settings as { ipFamilies?: unknown } | undefined)?.ipFamilies);
-    })
+    // A backend's settings sit under its kind's key; whichever kind it is, its ipFamilies count.
+    (args.backends ?? []).some((backend) =>
+      Object.values(backend).some(
+        (settings) =>
+          typeof settings === "object" &&
+          settings !== null &&
+          asks((settings as { ipFamilies?: unknown }).ipFamilies),
+      ),
+    )
   );
 }
 
