@@ -94,8 +94,10 @@ export function checkExporterArgsProblems(
 export function exporterCommand(
   exporter: CheckExporterArgs,
   listPath: string,
-  slice?: pulumi.Input<string>,
+  /** The slices it keeps current, `<namespace>/<name>`: one per address family the pool publishes. */
+  slice?: pulumi.Input<string> | readonly pulumi.Input<string>[],
 ): pulumi.Input<string>[] {
+  const slices = slice === undefined ? [] : Array.isArray(slice) ? slice : [slice];
   const port = exporter.port ?? EXPORTER_DEFAULTS.port;
   return [
     "npx",
@@ -115,7 +117,7 @@ export function exporterCommand(
     ...(exporter.connect === undefined ? [] : ["--connect", exporter.connect]),
     ...(exporter.egressUrl === undefined ? [] : ["--egress-url", exporter.egressUrl]),
     ...(exporter.egressField === undefined ? [] : ["--egress-field", exporter.egressField]),
-    ...(slice === undefined ? [] : ["--endpointslice", slice]),
+    ...slices.flatMap((each: pulumi.Input<string>) => ["--endpointslice", each]),
   ];
 }
 
@@ -150,6 +152,8 @@ export function publishCheckExporter(
     name: pulumi.Input<string>;
     /** The EndpointSlice whose ready conditions the exporter keeps current. */
     sliceName: pulumi.Input<string>;
+    /** A pool with IPv6: its second slice (`<name>-vms-ipv6`), kept current too. */
+    ipv6SliceName?: pulumi.Input<string>;
     labels: pulumi.Input<Record<string, pulumi.Input<string>>>;
     annotations: Record<string, string>;
   },
@@ -173,10 +177,14 @@ export function publishCheckExporter(
     labels,
     annotations: publishing.annotations,
   };
+  const sliceNames = [
+    publishing.sliceName,
+    ...(publishing.ipv6SliceName === undefined ? [] : [publishing.ipv6SliceName]),
+  ];
   const sliceAccess =
     exporter.keepSliceReadiness === false
       ? undefined
-      : declareSliceAccess(k8s, resourceNamePrefix, metadata, publishing.sliceName, options);
+      : declareSliceAccess(k8s, resourceNamePrefix, metadata, sliceNames, options);
   const deployment = new k8s.apps.v1.Deployment(
     `${resourceNamePrefix}-check`,
     {
@@ -191,7 +199,9 @@ export function publishCheckExporter(
               ? {}
               : {
                   serviceAccountName: name,
-                  slice: pulumi.interpolate`${publishing.namespace}/${publishing.sliceName}`,
+                  slices: sliceNames.map(
+                    (sliceName) => pulumi.interpolate`${publishing.namespace}/${sliceName}`,
+                  ),
                 }),
           }),
         },
@@ -225,8 +235,8 @@ export function publishCheckExporter(
 }
 
 /**
- * The exporter's own identity: a ServiceAccount whose Role names the one
- * EndpointSlice (resourceNames) with the verbs `check --endpointslice` uses,
+ * The exporter's own identity: a ServiceAccount whose Role names the pool's
+ * EndpointSlices (resourceNames: `<name>-vms`, and `<name>-vms-ipv6` with IPv6) with the verbs `check --endpointslice` uses,
  * get and patch. It can read or change nothing else in the namespace.
  */
 function declareSliceAccess(
@@ -238,7 +248,7 @@ function declareSliceAccess(
     labels: pulumi.Input<Record<string, pulumi.Input<string>>>;
     annotations: Record<string, string>;
   },
-  sliceName: pulumi.Input<string>,
+  sliceNames: readonly pulumi.Input<string>[],
   options: pulumi.CustomResourceOptions,
 ): NonNullable<ExporterObjects["sliceAccess"]> {
   const serviceAccount = new k8s.core.v1.ServiceAccount(
@@ -254,7 +264,7 @@ function declareSliceAccess(
         {
           apiGroups: ["discovery.k8s.io"],
           resources: ["endpointslices"],
-          resourceNames: [sliceName],
+          resourceNames: [...sliceNames],
           verbs: ["get", "patch"],
         },
       ],
@@ -281,7 +291,7 @@ function exporterPodSpec(
   exporter: CheckExporterArgs,
   secretName: pulumi.Input<string>,
   port: number,
-  sliceAccess: { serviceAccountName?: pulumi.Input<string>; slice?: pulumi.Input<string> },
+  sliceAccess: { serviceAccountName?: pulumi.Input<string>; slices?: pulumi.Input<string>[] },
 ) {
   const probe = (initialDelaySeconds: number) => ({
     httpGet: { path: "/healthz", port: "metrics" },
@@ -307,7 +317,7 @@ function exporterPodSpec(
       {
         name: "check",
         image: exporter.image ?? EXPORTER_DEFAULTS.image,
-        command: exporterCommand(exporter, `${LIST_DIRECTORY}/proxies.json`, sliceAccess.slice),
+        command: exporterCommand(exporter, `${LIST_DIRECTORY}/proxies.json`, sliceAccess.slices),
         // npx installs into its cache: HOME and the cache on the writable emptyDir.
         env: [
           { name: "HOME", value: "/tmp" },

@@ -217,7 +217,7 @@ export function renderPrometheus(report: CheckReport): string {
   const family = (name: string, help: string, samples: string[]) =>
     families.push({ name, help, samples });
   const labels = (result: ProbeResult, extra: Record<string, string> = {}) =>
-    labelSet({ proxy: result.name, endpoint: result.endpoint, ...extra });
+    labelSet({ proxy: result.name, endpoint: result.endpoint, family: result.family, ...extra });
 
   family(
     "egress_proxy_up",

@@ -10,6 +10,7 @@ import { recheckOnRead, rotationDue } from "../common/egress-recheck";
 import { isGoneForGood } from "../common/gone-hosts";
 import { replacementReason, withReplacementReason } from "../common/replacement";
 import type { DomainHandle } from "../libvirt-rpc-xdr";
+import { familiesOf, proxyEndpoint, type Ipv6Settings } from "../common/ip-families";
 import { lookUpAddress } from "./addresses";
 import { openHost, type HostSession } from "./connect";
 import { domainGoneReason, missingVolumes, missingVolumesReason, perVmVolumesLeft } from "./damage";
@@ -76,10 +77,14 @@ async function readWithin(
     missingVolumes(session.host, description),
   ]);
   const mac = description.mac ?? macAddressFor(description.name);
-  const ip = await currentAddress(session.host, handle, state, mac, props.ip);
+  const families = familiesOf(target);
+  const { ip, ipv6 } = await currentAddresses(session.host, handle, state, mac, props, {
+    ...families,
+    ...(target.ipv6 === undefined ? {} : { settings: target.ipv6 }),
+  });
   const recheck = await recheckOnRead(
     target,
-    { serving: state === "running", address: ip },
+    { serving: state === "running", address: ip, ...(families.ipv6 ? { ipv6 } : {}) },
     props,
     deadline,
   );
@@ -98,7 +103,9 @@ async function readWithin(
     state,
     mac,
     ip,
-    endpoint: ip ? `http://${ip}:${target.readiness.port}` : null,
+    endpoint: ip ? proxyEndpoint(ip, target.readiness.port) : null,
+    // Only a proxy that takes IPv6 has the output: an IPv4-only one's stay as they were.
+    ...(families.ipv6 ? { ipv6Address: ipv6 } : {}),
     createdAt: mark.createdAt,
     libvirtUuid: uuidText(handle.uuid),
     ...recheck.outputs,
@@ -116,19 +123,30 @@ async function readWithin(
   };
 }
 
-/** One address source failing must not blank an address we knew; a stopped VM has none. */
-async function currentAddress(
+/**
+ * The VM's addresses now, looked up as create did (agent → lease → ARP; the
+ * IPv6 one from the agent only). One address source failing must not blank
+ * an address we knew; a stopped VM has none. An agent that answers without
+ * an IPv6 address on the NIC means the VM lost it: null, the drift refresh
+ * shows (and the re-check counts as a silent IPv6 side).
+ */
+async function currentAddresses(
   host: LibvirtHost,
   handle: DomainHandle,
   state: VmState,
   mac: string,
-  known: unknown,
-): Promise<string | null> {
-  const lookup =
-    state === "running"
-      ? await lookUpAddress(mac, (source) => host.interfaces(handle, source))
-      : undefined;
-  return lookup?.ip ?? (state === "stopped" || typeof known !== "string" ? null : known);
+  known: Props,
+  wanted: { ipv4: boolean; ipv6: boolean; settings?: Ipv6Settings },
+): Promise<{ ip: string | null; ipv6: string | null }> {
+  const kept = (value: unknown) =>
+    state === "stopped" || typeof value !== "string" ? null : value;
+  if (state !== "running") return { ip: kept(known.ip), ipv6: kept(known.ipv6Address) };
+  const lookup = await lookUpAddress(mac, (source) => host.interfaces(handle, source), wanted);
+  const agentFailed = lookup.failures.some((failure) => failure.source === "agent");
+  return {
+    ip: lookup.ip ?? kept(known.ip),
+    ipv6: lookup.ipv6 ?? (agentFailed ? kept(known.ipv6Address) : null),
+  };
 }
 
 /** Identity: the UUID recorded at create; the name for `.get` and for state written before it. */
@@ -172,7 +190,14 @@ async function goneDomain(
   if (left.length === 0) return {};
   if (isIncompleteCreate(props)) return { id, props };
   const outputs = withReplacementReason(
-    { ...props, running: false, state: "stopped", ip: null, endpoint: null },
+    {
+      ...props,
+      running: false,
+      state: "stopped",
+      ip: null,
+      endpoint: null,
+      ...(props.ipv6Address === undefined ? {} : { ipv6Address: null }),
+    },
     domainGoneReason(vmName, left),
   );
   return { id, props: plain(outputs), inputs: plain(inputsOnly(outputs, OUTPUT_KEYS)) };

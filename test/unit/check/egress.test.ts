@@ -275,6 +275,7 @@ describe("egress-proxies check: reports", () => {
   const up = (name: string, egressIp?: string): ProbeResult => ({
     name,
     endpoint: `${name}.lan:3128`,
+    family: "ipv4",
     up: true,
     httpStatus: 200,
     httpSeconds: 0.012,
@@ -284,6 +285,7 @@ describe("egress-proxies check: reports", () => {
   const down = (name: string): ProbeResult => ({
     name,
     endpoint: `${name}.lan:3128`,
+    family: "ipv4",
     up: false,
     error: "http: connect ECONNREFUSED",
   });
@@ -405,12 +407,12 @@ describe("egress-proxies check: reports", () => {
     assert.ok(text.endsWith("\n"));
     const samples = text.split("\n").filter((line) => line !== "" && !line.startsWith("#"));
     assert.deepEqual(samples, [
-      'egress_proxy_up{proxy="a",endpoint="a.lan:3128"} 1',
-      'egress_proxy_up{proxy="c",endpoint="c.lan:3128"} 0',
-      'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",probe="http"} 0.012',
-      'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",probe="connect"} 0.004',
-      'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",probe="egress"} 0.01',
-      'egress_proxy_egress_info{proxy="a",endpoint="a.lan:3128",egress_ip="192.0.2.1"} 1',
+      'egress_proxy_up{proxy="a",endpoint="a.lan:3128",family="ipv4"} 1',
+      'egress_proxy_up{proxy="c",endpoint="c.lan:3128",family="ipv4"} 0',
+      'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",family="ipv4",probe="http"} 0.012',
+      'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",family="ipv4",probe="connect"} 0.004',
+      'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",family="ipv4",probe="egress"} 0.01',
+      'egress_proxy_egress_info{proxy="a",endpoint="a.lan:3128",family="ipv4",egress_ip="192.0.2.1"} 1',
       "egress_proxies_probed 2",
       "egress_proxies_up 1",
       "egress_proxies_egress_addresses 1",
