@@ -215,6 +215,7 @@ describe("egress-proxies check: inputs", () => {
         port: 3128,
         endpoint: "10.0.0.1:3128",
         credentials: { user: "crawler", password: "p@ss" },
+        family: "ipv4",
       },
       {
         name: "[fd00::2]:3128",
@@ -222,8 +223,30 @@ describe("egress-proxies check: inputs", () => {
         port: 3128,
         endpoint: "[fd00::2]:3128",
         credentials: { user: "crawler", password: "p@ss" },
+        family: "ipv6",
       },
     ]);
+  });
+
+  it("names both URLs of a dual-stack member after it (proxies[].endpointIpv6), one family each", () => {
+    const targets = targetsFromDocument(
+      {
+        endpoints: ["http://10.0.0.1:3128", "http://[fd00::1]:3128", "http://10.0.0.2:3128"],
+        proxies: [
+          { name: "kvm1-0", endpoint: "http://10.0.0.1:3128", endpointIpv6: "http://[fd00::1]:3128" },
+          { name: "kvm1-1", endpoint: "http://10.0.0.2:3128" },
+        ],
+      },
+      "outputs.json",
+    );
+    assert.deepEqual(
+      targets.map((target) => [target.name, target.endpoint, target.family]),
+      [
+        ["kvm1-0", "10.0.0.1:3128", "ipv4"],
+        ["kvm1-0", "[fd00::1]:3128", "ipv6"],
+        ["kvm1-1", "10.0.0.2:3128", "ipv4"],
+      ],
+    );
   });
 
   it("reads proxies.json in both shapes, and uses fallback credentials for bare URLs", () => {
