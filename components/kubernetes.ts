@@ -222,12 +222,7 @@ export function publishToKubernetes(
   const endpointSliceIpv6 =
     ipv6SliceName === undefined || proxies.ipv6Addresses === undefined
       ? undefined
-      : slice(
-          `${resourceNamePrefix}-endpoints-ipv6`,
-          ipv6SliceName,
-          "IPv6",
-          proxies.ipv6Addresses,
-        );
+      : slice(`${resourceNamePrefix}-endpoints-ipv6`, ipv6SliceName, "IPv6", proxies.ipv6Addresses);
 
   const exporter =
     args.exporter === undefined

@@ -107,8 +107,7 @@ export function egressProblemOf(props: Props): EgressProblem | undefined {
 
 /** What one family's re-check found: the exit address (undefined: only the port was asked), or why not. */
 type FamilyProbe =
-  | { ok: true; egressIp?: string }
-  | { ok: false; kind: EgressProblem["kind"]; reason: string };
+  { ok: true; egressIp?: string } | { ok: false; kind: EgressProblem["kind"]; reason: string };
 
 /**
  * One family's re-check: the egress URL through `proxy` when there is a
@@ -176,8 +175,7 @@ export async function recheckEgress(
   deadline: Deadline,
   ipv6?: Ipv6Side,
 ): Promise<RecheckFinding> {
-  const v6Check =
-    check?.ipv6Url === undefined ? undefined : { ...check, url: check.ipv6Url };
+  const v6Check = check?.ipv6Url === undefined ? undefined : { ...check, url: check.ipv6Url };
   const [primary, second] = await Promise.all([
     probeFamily(proxy, check, deadline),
     ipv6 === undefined

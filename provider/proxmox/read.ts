@@ -13,7 +13,12 @@ import { ConnectionInputs, resolveConnection } from "./connection";
 import { brokenVmReason, seedIsPresent, vmGoneReason } from "./damage";
 import { seedVolumeId } from "./seed";
 import { macOf, markOfConfig } from "./vm-config";
-import { familiesOf, ipFamiliesShape, proxyEndpoint, type Ipv6Settings } from "../common/ip-families";
+import {
+  familiesOf,
+  ipFamiliesShape,
+  proxyEndpoint,
+  type Ipv6Settings,
+} from "../common/ip-families";
 import { agentAddresses, getConfig, getStatus, VmRef, VmStatus } from "./vm";
 import { observedInputs } from "./observed";
 import { adoptedCreation } from "./adoption";

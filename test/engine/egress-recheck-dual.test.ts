@@ -20,7 +20,11 @@ import {
   type RunningServer,
 } from "../support/forward-proxy";
 import { simulatorProxyArgs, useEngineFixture } from "./engine-fixture";
-import { captureResourceInputs, type CapturedResource, type DynamicProviderServer } from "./harness";
+import {
+  captureResourceInputs,
+  type CapturedResource,
+  type DynamicProviderServer,
+} from "./harness";
 import { planSummary, refreshThenPlan, type StoredResource } from "./resync";
 
 const AUTH = { user: "crawler", password: "engine dual secret" };
@@ -96,7 +100,10 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
     return { id: created.id, outputs: created.properties, inputs: checked.inputs };
   }
 
-  async function planAfter(stored: StoredResource, refreshed: { properties: Props; inputs: Props }) {
+  async function planAfter(
+    stored: StoredResource,
+    refreshed: { properties: Props; inputs: Props },
+  ) {
     const checked = await server.check(captured.urn, refreshed.inputs, captured.inputs);
     const diff = await server.diff(captured.urn, stored.id, refreshed.properties, checked.inputs);
     return { checked, diff };
@@ -164,7 +171,12 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
       while (sim.vms.get(vmid)!.status !== "stopped") await new Promise((r) => setTimeout(r, 10));
       proxy6 = await startForwardProxy({ host: v6, auth: AUTH, port: proxy4.port });
     })();
-    const healed = await server.update(captured.urn, stored.id, refreshed.properties, checked.inputs);
+    const healed = await server.update(
+      captured.urn,
+      stored.id,
+      refreshed.properties,
+      checked.inputs,
+    );
     await back;
     assert.equal(healed.egressProblem, null);
     assert.equal(healed.egressIpv6, v6);

@@ -233,7 +233,11 @@ describe("egress-proxies check: inputs", () => {
       {
         endpoints: ["http://10.0.0.1:3128", "http://[fd00::1]:3128", "http://10.0.0.2:3128"],
         proxies: [
-          { name: "kvm1-0", endpoint: "http://10.0.0.1:3128", endpointIpv6: "http://[fd00::1]:3128" },
+          {
+            name: "kvm1-0",
+            endpoint: "http://10.0.0.1:3128",
+            endpointIpv6: "http://[fd00::1]:3128",
+          },
           { name: "kvm1-1", endpoint: "http://10.0.0.2:3128" },
         ],
       },
