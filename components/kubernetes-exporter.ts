@@ -36,9 +36,10 @@ export interface CheckExporterArgs {
   /** What npx runs. Default `egress-proxies@<this package's version>`. */
   packageSpec?: string;
   /**
-   * Keep the EndpointSlice's ready conditions as current as the last check
-   * between `pulumi up`s (`check --endpointslice`), with a service account
-   * that may only get and patch that slice. Default true; false leaves
+   * Keep the EndpointSlices' ready conditions (the IPv6 one too, for a pool
+   * with IPv6) as current as the last check between `pulumi up`s (`check
+   * --endpointslice`), with a service account that may only get and patch
+   * those slices. Default true; false leaves
    * readiness to `pulumi up` alone and mounts no API token.
    */
   keepSliceReadiness?: boolean;

@@ -429,6 +429,14 @@ describe("egress-proxies check: reports", () => {
     assert.equal(parsed.proxies[2].error, "http: connect ECONNREFUSED");
   });
 
+  it("a dual-stack member's two URLs on one exit address are one member, not a shared address", () => {
+    const v6 = { ...up("a", "192.0.2.1"), endpoint: "[fd00::a]:3128", family: "ipv6" as const };
+    const summary = summarize([up("a", "192.0.2.1"), v6, up("b", "192.0.2.2")]);
+    assert.deepEqual([summary.total, summary.egressAddresses, summary.sharedEgress], [3, 2, []]);
+    const shared = summarize([up("a", "192.0.2.1"), v6, up("b", "192.0.2.1")]);
+    assert.deepEqual(shared.sharedEgress, [{ address: "192.0.2.1", proxies: ["a", "b"] }]);
+  });
+
   it("Prometheus text: families with HELP and TYPE, one sample per proxy and probe", () => {
     const text = renderPrometheus(report([up("a", "192.0.2.1"), down("c")]));
     assert.ok(text.endsWith("\n"));
