@@ -10,12 +10,12 @@ import { recheckOnRead, rotationDue } from "../common/egress-recheck";
 import { isGoneForGood } from "../common/gone-hosts";
 import { replacementReason, withReplacementReason } from "../common/replacement";
 import type { DomainHandle } from "../libvirt-rpc-xdr";
-import { familiesOf, proxyEndpoint, type Ipv6Settings } from "../common/ip-families";
-import { lookUpAddress } from "./addresses";
+import { familiesOf, proxyEndpoint } from "../common/ip-families";
+import { refreshedAddresses } from "./addresses";
 import { openHost, type HostSession } from "./connect";
 import { domainGoneReason, missingVolumes, missingVolumesReason, perVmVolumesLeft } from "./damage";
 import { parseDomainXml, type DomainDescription } from "./domain-xml";
-import type { LibvirtHost, VmState } from "./host";
+import type { LibvirtHost } from "./host";
 import { kvmResourceId, legacyHostLabel, macAddressFor, parseKvmResourceId } from "./naming";
 import { observedInputs } from "./observed";
 import { adoptedCreation } from "./adoption";
@@ -78,10 +78,13 @@ async function readWithin(
   ]);
   const mac = description.mac ?? macAddressFor(description.name);
   const families = familiesOf(target);
-  const { ip, ipv6 } = await currentAddresses(session.host, handle, state, mac, props, {
-    ...families,
-    ...(target.ipv6 === undefined ? {} : { settings: target.ipv6 }),
-  });
+  const { ip, ipv6 } = await refreshedAddresses(
+    state,
+    mac,
+    (source) => session.host.interfaces(handle, source),
+    props,
+    { ...families, ...(target.ipv6 === undefined ? {} : { settings: target.ipv6 }) },
+  );
   const recheck = await recheckOnRead(
     target,
     { serving: state === "running", address: ip, ...(families.ipv6 ? { ipv6 } : {}) },
@@ -120,32 +123,6 @@ async function readWithin(
     id: kvmResourceId(legacyId ? idHost : session.label, description.name),
     props: plain(outputs),
     inputs: plain(inputsOnly(outputs, OUTPUT_KEYS)),
-  };
-}
-
-/**
- * The VM's addresses now, looked up as create did (agent → lease → ARP; the
- * IPv6 one from the agent only). One address source failing must not blank
- * an address we knew; a stopped VM has none. An agent that answers without
- * an IPv6 address on the NIC means the VM lost it: null, the drift refresh
- * shows (and the re-check counts as a silent IPv6 side).
- */
-async function currentAddresses(
-  host: LibvirtHost,
-  handle: DomainHandle,
-  state: VmState,
-  mac: string,
-  known: Props,
-  wanted: { ipv4: boolean; ipv6: boolean; settings?: Ipv6Settings },
-): Promise<{ ip: string | null; ipv6: string | null }> {
-  const kept = (value: unknown) =>
-    state === "stopped" || typeof value !== "string" ? null : value;
-  if (state !== "running") return { ip: kept(known.ip), ipv6: kept(known.ipv6Address) };
-  const lookup = await lookUpAddress(mac, (source) => host.interfaces(handle, source), wanted);
-  const agentFailed = lookup.failures.some((failure) => failure.source === "agent");
-  return {
-    ip: lookup.ip ?? kept(known.ip),
-    ipv6: lookup.ipv6 ?? (agentFailed ? kept(known.ipv6Address) : null),
   };
 }
 
