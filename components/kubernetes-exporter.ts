@@ -13,7 +13,7 @@
  * public registry.
  */
 import * as pulumi from "@pulumi/pulumi";
-import { egressCheckProblems } from "../provider/common/egress";
+import { egressCheckProblems, egressCheckSchema } from "../provider/common/egress";
 import { HOST_PORT, PROXIED_HTTP_URL } from "../provider/common/inputs";
 import { packageVersion } from "../provider/common/version";
 
@@ -25,6 +25,8 @@ export interface CheckExporterArgs {
   /** An echo service answering with the caller's address (`--egress-url`, `--egress-field`). */
   egressUrl?: string;
   egressField?: string;
+  /** The echo service by its IPv6 literal, for members' IPv6 URLs (`--egress-url-ipv6`), e.g. http://[2001:db8::7]/ip. */
+  egressUrlIpv6?: string;
   /** Seconds from one check's start to the next. Default 60. */
   intervalSeconds?: number;
   /** Budget per proxy and check, seconds. Default 10. */
@@ -79,6 +81,17 @@ export function checkExporterArgsProblems(
         { url: `${field}.egressUrl`, field: `${field}.egressField` },
       ),
     );
+  if (exporter.egressUrlIpv6 !== undefined) {
+    if (exporter.egressUrl === undefined)
+      problems.push(`${field}.egressUrlIpv6 needs ${field}.egressUrl`);
+    const parsed = egressCheckSchema.shape.ipv6Url.safeParse(exporter.egressUrlIpv6);
+    if (!parsed.success)
+      problems.push(
+        ...parsed.error.issues.map((issue) =>
+          issue.message.replace("egressCheck.ipv6Url", `${field}.egressUrlIpv6`),
+        ),
+      );
+  }
   const whole = (value: number | undefined, name: string, min: number, max: number) => {
     if (value !== undefined && (!Number.isInteger(value) || value < min || value > max))
       problems.push(`${field}.${name} must be a whole number from ${min} to ${max}`);
@@ -117,6 +130,7 @@ export function exporterCommand(
     exporter.target,
     ...(exporter.connect === undefined ? [] : ["--connect", exporter.connect]),
     ...(exporter.egressUrl === undefined ? [] : ["--egress-url", exporter.egressUrl]),
+    ...(exporter.egressUrlIpv6 === undefined ? [] : ["--egress-url-ipv6", exporter.egressUrlIpv6]),
     ...(exporter.egressField === undefined ? [] : ["--egress-field", exporter.egressField]),
     ...slices.flatMap((each: pulumi.Input<string>) => ["--endpointslice", each]),
   ];
