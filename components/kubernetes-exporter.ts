@@ -13,7 +13,7 @@
  * public registry.
  */
 import * as pulumi from "@pulumi/pulumi";
-import { egressCheckProblems } from "../provider/common/egress";
+import { egressCheckProblems, egressCheckSchema } from "../provider/common/egress";
 import { HOST_PORT, PROXIED_HTTP_URL } from "../provider/common/inputs";
 import { packageVersion } from "../provider/common/version";
 
@@ -25,6 +25,8 @@ export interface CheckExporterArgs {
   /** An echo service answering with the caller's address (`--egress-url`, `--egress-field`). */
   egressUrl?: string;
   egressField?: string;
+  /** The echo service by its IPv6 literal, for members' IPv6 URLs (`--egress-url-ipv6`), e.g. http://[2001:db8::7]/ip. */
+  egressUrlIpv6?: string;
   /** Seconds from one check's start to the next. Default 60. */
   intervalSeconds?: number;
   /** Budget per proxy and check, seconds. Default 10. */
@@ -36,9 +38,10 @@ export interface CheckExporterArgs {
   /** What npx runs. Default `egress-proxies@<this package's version>`. */
   packageSpec?: string;
   /**
-   * Keep the EndpointSlice's ready conditions as current as the last check
-   * between `pulumi up`s (`check --endpointslice`), with a service account
-   * that may only get and patch that slice. Default true; false leaves
+   * Keep the EndpointSlices' ready conditions (the IPv6 one too, for a pool
+   * with IPv6) as current as the last check between `pulumi up`s (`check
+   * --endpointslice`), with a service account that may only get and patch
+   * those slices. Default true; false leaves
    * readiness to `pulumi up` alone and mounts no API token.
    */
   keepSliceReadiness?: boolean;
@@ -78,6 +81,17 @@ export function checkExporterArgsProblems(
         { url: `${field}.egressUrl`, field: `${field}.egressField` },
       ),
     );
+  if (exporter.egressUrlIpv6 !== undefined) {
+    if (exporter.egressUrl === undefined)
+      problems.push(`${field}.egressUrlIpv6 needs ${field}.egressUrl`);
+    const parsed = egressCheckSchema.shape.ipv6Url.safeParse(exporter.egressUrlIpv6);
+    if (!parsed.success)
+      problems.push(
+        ...parsed.error.issues.map((issue) =>
+          issue.message.replace("egressCheck.ipv6Url", `${field}.egressUrlIpv6`),
+        ),
+      );
+  }
   const whole = (value: number | undefined, name: string, min: number, max: number) => {
     if (value !== undefined && (!Number.isInteger(value) || value < min || value > max))
       problems.push(`${field}.${name} must be a whole number from ${min} to ${max}`);
@@ -94,8 +108,10 @@ export function checkExporterArgsProblems(
 export function exporterCommand(
   exporter: CheckExporterArgs,
   listPath: string,
-  slice?: pulumi.Input<string>,
+  /** The slices it keeps current, `<namespace>/<name>`: one per address family the pool publishes. */
+  slice?: pulumi.Input<string> | readonly pulumi.Input<string>[],
 ): pulumi.Input<string>[] {
+  const slices = slice === undefined ? [] : Array.isArray(slice) ? slice : [slice];
   const port = exporter.port ?? EXPORTER_DEFAULTS.port;
   return [
     "npx",
@@ -114,8 +130,9 @@ export function exporterCommand(
     exporter.target,
     ...(exporter.connect === undefined ? [] : ["--connect", exporter.connect]),
     ...(exporter.egressUrl === undefined ? [] : ["--egress-url", exporter.egressUrl]),
+    ...(exporter.egressUrlIpv6 === undefined ? [] : ["--egress-url-ipv6", exporter.egressUrlIpv6]),
     ...(exporter.egressField === undefined ? [] : ["--egress-field", exporter.egressField]),
-    ...(slice === undefined ? [] : ["--endpointslice", slice]),
+    ...slices.flatMap((each: pulumi.Input<string>) => ["--endpointslice", each]),
   ];
 }
 
@@ -150,6 +167,8 @@ export function publishCheckExporter(
     name: pulumi.Input<string>;
     /** The EndpointSlice whose ready conditions the exporter keeps current. */
     sliceName: pulumi.Input<string>;
+    /** A pool with IPv6: its second slice (`<name>-vms-ipv6`), kept current too. */
+    ipv6SliceName?: pulumi.Input<string>;
     labels: pulumi.Input<Record<string, pulumi.Input<string>>>;
     annotations: Record<string, string>;
   },
@@ -173,10 +192,14 @@ export function publishCheckExporter(
     labels,
     annotations: publishing.annotations,
   };
+  const sliceNames = [
+    publishing.sliceName,
+    ...(publishing.ipv6SliceName === undefined ? [] : [publishing.ipv6SliceName]),
+  ];
   const sliceAccess =
     exporter.keepSliceReadiness === false
       ? undefined
-      : declareSliceAccess(k8s, resourceNamePrefix, metadata, publishing.sliceName, options);
+      : declareSliceAccess(k8s, resourceNamePrefix, metadata, sliceNames, options);
   const deployment = new k8s.apps.v1.Deployment(
     `${resourceNamePrefix}-check`,
     {
@@ -191,7 +214,9 @@ export function publishCheckExporter(
               ? {}
               : {
                   serviceAccountName: name,
-                  slice: pulumi.interpolate`${publishing.namespace}/${publishing.sliceName}`,
+                  slices: sliceNames.map(
+                    (sliceName) => pulumi.interpolate`${publishing.namespace}/${sliceName}`,
+                  ),
                 }),
           }),
         },
@@ -225,8 +250,8 @@ export function publishCheckExporter(
 }
 
 /**
- * The exporter's own identity: a ServiceAccount whose Role names the one
- * EndpointSlice (resourceNames) with the verbs `check --endpointslice` uses,
+ * The exporter's own identity: a ServiceAccount whose Role names the pool's
+ * EndpointSlices (resourceNames: `<name>-vms`, and `<name>-vms-ipv6` with IPv6) with the verbs `check --endpointslice` uses,
  * get and patch. It can read or change nothing else in the namespace.
  */
 function declareSliceAccess(
@@ -238,7 +263,7 @@ function declareSliceAccess(
     labels: pulumi.Input<Record<string, pulumi.Input<string>>>;
     annotations: Record<string, string>;
   },
-  sliceName: pulumi.Input<string>,
+  sliceNames: readonly pulumi.Input<string>[],
   options: pulumi.CustomResourceOptions,
 ): NonNullable<ExporterObjects["sliceAccess"]> {
   const serviceAccount = new k8s.core.v1.ServiceAccount(
@@ -254,7 +279,7 @@ function declareSliceAccess(
         {
           apiGroups: ["discovery.k8s.io"],
           resources: ["endpointslices"],
-          resourceNames: [sliceName],
+          resourceNames: [...sliceNames],
           verbs: ["get", "patch"],
         },
       ],
@@ -281,7 +306,7 @@ function exporterPodSpec(
   exporter: CheckExporterArgs,
   secretName: pulumi.Input<string>,
   port: number,
-  sliceAccess: { serviceAccountName?: pulumi.Input<string>; slice?: pulumi.Input<string> },
+  sliceAccess: { serviceAccountName?: pulumi.Input<string>; slices?: pulumi.Input<string>[] },
 ) {
   const probe = (initialDelaySeconds: number) => ({
     httpGet: { path: "/healthz", port: "metrics" },
@@ -307,7 +332,7 @@ function exporterPodSpec(
       {
         name: "check",
         image: exporter.image ?? EXPORTER_DEFAULTS.image,
-        command: exporterCommand(exporter, `${LIST_DIRECTORY}/proxies.json`, sliceAccess.slice),
+        command: exporterCommand(exporter, `${LIST_DIRECTORY}/proxies.json`, sliceAccess.slices),
         // npx installs into its cache: HOME and the cache on the writable emptyDir.
         env: [
           { name: "HOME", value: "/tmp" },

@@ -217,22 +217,26 @@ export function publishToKubernetes(
     proxies.addresses,
   );
   // One slice per address family: an EndpointSlice holds addresses of one type only.
+  const ipv6SliceName =
+    proxies.ipv6Addresses === undefined ? undefined : pulumi.interpolate`${args.name}-vms-ipv6`;
   const endpointSliceIpv6 =
-    proxies.ipv6Addresses === undefined
+    ipv6SliceName === undefined || proxies.ipv6Addresses === undefined
       ? undefined
-      : slice(
-          `${resourceNamePrefix}-endpoints-ipv6`,
-          pulumi.interpolate`${args.name}-vms-ipv6`,
-          "IPv6",
-          proxies.ipv6Addresses,
-        );
+      : slice(`${resourceNamePrefix}-endpoints-ipv6`, ipv6SliceName, "IPv6", proxies.ipv6Addresses);
 
   const exporter =
     args.exporter === undefined
       ? undefined
       : publishCheckExporter(
           resourceNamePrefix,
-          { namespace: args.namespace, name: args.name, sliceName, labels, annotations },
+          {
+            namespace: args.namespace,
+            name: args.name,
+            sliceName,
+            ...(ipv6SliceName === undefined ? {} : { ipv6SliceName }),
+            labels,
+            annotations,
+          },
           args.exporter,
           // It reads the Secret's file: declared after it, so a first start finds the list.
           { ...options, dependsOn: [secret] },

@@ -2,7 +2,9 @@
  * What the pool says about each member once its outputs are known: the
  * `proxies` output, and the checks the Kubernetes publishing derives from it.
  */
+import { isIP } from "node:net";
 import * as pulumi from "@pulumi/pulumi";
+import type { IpFamily } from "../provider/common/ip-families";
 import type { PoolMember } from "./backend-kind";
 import type { PlacedProxy } from "./placement";
 import type { EndpointCheck } from "./published-checks";
@@ -43,6 +45,8 @@ export interface ProxyDetails {
   ipv6Address?: string | null;
   endpointIpv6?: string | null;
   egressIpv6?: string | null;
+  /** `ready` for the IPv6 URL: a member whose last re-check found only IPv6 silent is ready on IPv4 only. */
+  readyIpv6?: boolean | null;
 }
 
 /** When a VM created at `createdAt` becomes due for rotation by age (the provider's rule: common/egress-recheck.ts). */
@@ -54,6 +58,9 @@ function rotateAfterOf(
   const born = Date.parse(createdAt);
   return Number.isNaN(born) ? null : new Date(born + days * 86_400_000).toISOString();
 }
+
+const familyOf = (ip: string | null | undefined): IpFamily =>
+  typeof ip === "string" && isIP(ip) === 6 ? "ipv6" : "ipv4";
 
 /** What the Kubernetes publishing says about each proxy with an address. */
 export function endpointChecks(proxies: readonly ProxyDetails[]): EndpointCheck[] {
@@ -75,7 +82,7 @@ export function endpointChecks(proxies: readonly ProxyDetails[]): EndpointCheck[
       : [
           {
             address: proxy.ipv6Address ?? proxy.host,
-            ready: proxy.ready,
+            ready: proxy.readyIpv6 === undefined ? proxy.ready : proxy.readyIpv6,
             egressIp: proxy.egressIpv6 ?? null,
             checkedAt: proxy.checkedAt,
           },
@@ -132,7 +139,8 @@ export function proxyDetailsOf(
         egressProblem: problem?.reason ?? null,
         createdAt: createdAt ?? null,
         rotateAfter: rotateAfterOf(createdAt, pool.rotateAfterDays),
-        ready: publishedReadiness(state, checkedAt, checked, problem),
+        // The primary URL's family: an IPv6-only member's `ip` is its IPv6 address.
+        ready: publishedReadiness(state, checkedAt, checked, problem, familyOf(ip)),
         state: state ?? null,
         // An IPv4-only member's details stay as they were.
         ...(ipv6Address === undefined
@@ -141,6 +149,7 @@ export function proxyDetailsOf(
               ipv6Address,
               endpointIpv6: endpointIpv6 ?? null,
               egressIpv6: egressIpv6 ?? null,
+              readyIpv6: publishedReadiness(state, checkedAt, checked, problem, "ipv6"),
             }),
       }),
     );

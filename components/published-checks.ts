@@ -5,6 +5,7 @@
  * EndpointSlice.
  */
 import { isUnanswered } from "../provider/common/egress-recheck";
+import type { IpFamily } from "../provider/common/ip-families";
 
 /** What was checked about one proxy when it was created. */
 export interface EndpointCheck {
@@ -36,9 +37,11 @@ export function publishedReadiness(
   checkedAt: string | null | undefined,
   readinessChecksTheProxy: boolean,
   egressProblem?: unknown,
+  /** The family of the URL judged: a dual-stack proxy silent on one family stays ready on the other. */
+  family?: IpFamily,
 ): boolean | null {
   if (typeof state === "string" && !SERVING_STATES.has(state)) return false;
-  if (isUnanswered(egressProblem)) return false;
+  if (isUnanswered(egressProblem, family)) return false;
   return checkedAt && readinessChecksTheProxy ? true : null;
 }
 

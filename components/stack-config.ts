@@ -186,6 +186,7 @@ export const poolConfigSchema = z.strictObject({
           connect: z.string().optional(),
           egressUrl: z.string().optional(),
           egressField: z.string().optional(),
+          egressUrlIpv6: z.string().optional(),
           intervalSeconds: z.number().optional(),
           timeoutSeconds: z.number().optional(),
           port: z.number().optional(),

@@ -9,7 +9,7 @@ import { randomBytes } from "node:crypto";
 import { readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { parseArgs } from "node:util";
-import { egressCheckProblems } from "../../provider/common/egress";
+import { egressCheckProblems, egressCheckSchema } from "../../provider/common/egress";
 import { HOST_PORT, PROXIED_HTTP_URL } from "../../provider/common/inputs";
 import type { ProxyCredentials } from "../../provider/common/proxy-probe";
 import { probeProxy, type ProbePlan, type ProbeResult } from "./probe";
@@ -35,21 +35,23 @@ import { parseListenAddress, runExporter, ServeAddressError, type ListenAddress 
 import { InputError, targetFromUrl, targetsFromDocument, type ProxyTarget } from "./targets";
 
 export const CHECK_USAGE = `usage: egress-proxies check --target <http://url> [--connect <host:port>]
-         [--egress-url <http://url> [--egress-field <name>]]
+         [--egress-url <http://url> [--egress-url-ipv6 <http://[v6]/url>] [--egress-field <name>]]
          [--from <file>|- | --proxy <http://[user:pass@]host:port> ...]
          [--user <name>] [--timeout 10] [--concurrency 32] [--json] [--all] [--prometheus <file>]
-         [--serve <host:port> [--interval 60] [--endpointslice <namespace>/<name>]]
+         [--serve <host:port> [--interval 60] [--endpointslice <namespace>/<name> ...]]
   Input: \`pulumi stack output --json --show-secrets\` (a file, or stdin) or a published proxies.json;
   without --from or --proxy, stdin is read. Proxies without credentials in their URL use --user and
   the password in $EGRESS_PROXY_PASSWORD.
   Each proxy must: GET --target with a 2xx/3xx answer, open a CONNECT tunnel to --connect, and answer
-  with an address from --egress-url (an echo service) — within --timeout seconds.
+  with an address from --egress-url (an echo service) — within --timeout seconds. A dual-stack
+  member's IPv6 URL is probed as well (metrics carry family="ipv4"|"ipv6"); its egress address comes
+  from --egress-url-ipv6 (the echo service by its IPv6 literal) when given, else --egress-url.
   Exit status: 0 all proxies up, 1 some down, 2 usage.
   --serve keeps running as an exporter: checks every --interval seconds and serves /metrics (the same
   metrics as --prometheus) and /healthz on host:port (:port listens on every interface); a --from file
   is read again before each check; SIGTERM or SIGINT ends it with status 0. --endpointslice (in the
   cluster, as the pod's service account) sets the ready condition of each member of that EndpointSlice
-  to what the last check found.`;
+  to what the last check found; give it once per slice (the pool's IPv6 slice <name>-vms-ipv6 too).`;
 
 export interface CheckIo {
   out(text: string): void;
@@ -68,7 +70,8 @@ interface CheckOptions {
   json: boolean;
   all: boolean;
   prometheus?: string;
-  serve?: { listen: ListenAddress; intervalMs: number; endpointSlice?: SliceRef };
+  /** endpointSlices: the pool's slices to keep current (one per address family it publishes). */
+  serve?: { listen: ListenAddress; intervalMs: number; endpointSlices: SliceRef[] };
 }
 
 export async function check(argv: string[], io: CheckIo): Promise<number> {
@@ -128,8 +131,7 @@ async function serve(
   const rereads = parsed.sources.from !== undefined && parsed.sources.from !== "-";
   let targets = firstTargets;
   let keepSlice: ((report: CheckReport) => Promise<void>) | undefined;
-  if (settings.endpointSlice !== undefined) {
-    const ref = settings.endpointSlice;
+  if (settings.endpointSlices.length > 0) {
     let api: KubernetesApi;
     try {
       api = inClusterApi(io.env);
@@ -138,9 +140,14 @@ async function serve(
       io.err(`egress-proxies check: ${error.message}`);
       return CHECK_EXIT.usage;
     }
+    // Each slice on its own: one refused patch must not keep the other family's stale.
     keepSlice = async (report) => {
-      const line = describeSliceUpdate(ref, await updateSliceReadiness(api, ref, report));
-      if (line !== undefined) io.err(`egress-proxies check: ${line}`);
+      await Promise.all(
+        settings.endpointSlices.map(async (ref) => {
+          const line = describeSliceUpdate(ref, await updateSliceReadiness(api, ref, report));
+          if (line !== undefined) io.err(`egress-proxies check: ${line}`);
+        }),
+      );
     };
   }
   const stop = io.stopSignal();
@@ -176,6 +183,23 @@ interface ParsedArgs {
   user?: string;
 }
 
+/** --egress-url-ipv6: the same echo service by its IPv6 literal, for proxies reached over IPv6. */
+function egressIpv6Of(
+  url: string | undefined,
+  egress: ProbePlan["egress"],
+): ProbePlan["egressIpv6"] {
+  if (url === undefined) return undefined;
+  if (egress === undefined) throw new InputError("--egress-url-ipv6 needs --egress-url");
+  const parsed = egressCheckSchema.shape.ipv6Url.safeParse(url);
+  if (!parsed.success)
+    throw new InputError(
+      parsed.error.issues
+        .map((issue) => issue.message.replace("egressCheck.ipv6Url", "--egress-url-ipv6"))
+        .join("; "),
+    );
+  return { ...egress, url };
+}
+
 function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
   const { values } = parseArgs({
     args: argv,
@@ -184,6 +208,7 @@ function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
       connect: { type: "string" },
       "egress-url": { type: "string" },
       "egress-field": { type: "string" },
+      "egress-url-ipv6": { type: "string" },
       from: { type: "string" },
       proxy: { type: "string", multiple: true, default: [] },
       user: { type: "string" },
@@ -194,7 +219,7 @@ function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
       prometheus: { type: "string" },
       serve: { type: "string" },
       interval: { type: "string" },
-      endpointslice: { type: "string" },
+      endpointslice: { type: "string", multiple: true, default: [] },
       help: { type: "boolean", short: "h", default: false },
     },
     strict: true,
@@ -219,6 +244,7 @@ function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
     egress = { url: values["egress-url"], field: values["egress-field"] };
   } else if (values["egress-field"] !== undefined)
     throw new InputError("--egress-field needs --egress-url");
+  const egressIpv6 = egressIpv6Of(values["egress-url-ipv6"], egress);
   const timeout = wholeNumber(values.timeout, "--timeout", 1, 600);
   const concurrency = wholeNumber(values.concurrency, "--concurrency", 1, 1024);
   if (values.from !== undefined && values.proxy.length > 0)
@@ -231,17 +257,21 @@ function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
     serve = {
       listen: parseListenAddress(values.serve),
       intervalMs: interval * 1000,
-      ...(values.endpointslice === undefined
-        ? {}
-        : { endpointSlice: parseSliceRef(values.endpointslice) }),
+      endpointSlices: values.endpointslice.map(parseSliceRef),
     };
   } else if (values.interval !== undefined)
     throw new InputError("--interval needs --serve (a one-shot check runs once)");
-  else if (values.endpointslice !== undefined)
+  else if (values.endpointslice.length > 0)
     throw new InputError("--endpointslice needs --serve (the exporter keeps the slice current)");
   return {
     options: {
-      plan: { target: values.target, connect: values.connect, egress, timeoutMs: timeout * 1000 },
+      plan: {
+        target: values.target,
+        connect: values.connect,
+        egress,
+        ...(egressIpv6 === undefined ? {} : { egressIpv6 }),
+        timeoutMs: timeout * 1000,
+      },
       concurrency,
       json: values.json,
       all: values.all,

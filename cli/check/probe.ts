@@ -22,6 +22,8 @@ export interface ProbePlan {
   connect?: string;
   /** An echo service answering with the caller's address. */
   egress?: { url: string; field?: string };
+  /** For proxies reached over IPv6 (--egress-url-ipv6): the echo service by its IPv6 literal; else `egress`. */
+  egressIpv6?: { url: string; field?: string };
   /** Budget per proxy. */
   timeoutMs: number;
 }
@@ -30,6 +32,8 @@ export interface ProbeResult {
   name: string;
   /** host:port, without credentials. */
   endpoint: string;
+  /** The family the proxy was reached over (a dual-stack member has one result per family). */
+  family: "ipv4" | "ipv6";
   up: boolean;
   /** Why the proxy is down: the failing probe and the proxy's answer. */
   error?: string;
@@ -48,6 +52,7 @@ export async function probeProxy(target: ProxyTarget, plan: ProbePlan): Promise<
   const result: ProbeResult = {
     name: target.name,
     endpoint: target.endpoint,
+    family: target.family,
     up: false,
     ...(target.rotateAfter === undefined ? {} : { rotateAfter: target.rotateAfter }),
   };
@@ -70,11 +75,12 @@ export async function probeProxy(target: ProxyTarget, plan: ProbePlan): Promise<
       );
       result.connectSeconds = seconds(started);
     }
-    if (plan.egress !== undefined) {
+    const egress = (target.family === "ipv6" ? plan.egressIpv6 : undefined) ?? plan.egress;
+    if (egress !== undefined) {
       step = "egress";
       started = performance.now();
       result.egressIp = await withDeadline(
-        fetchEgressAddress(proxy, plan.egress, deadline.remainingMs(), target.credentials),
+        fetchEgressAddress(proxy, egress, deadline.remainingMs(), target.credentials),
         deadline,
       );
       result.egressSeconds = seconds(started);

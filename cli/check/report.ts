@@ -46,8 +46,22 @@ export function summarize(results: readonly ProbeResult[]): Summary {
   };
 }
 
-const egressGroups = (results: readonly ProbeResult[]): EgressGroup[] =>
-  groupByEgress(results.map((result) => ({ name: result.name, egressIp: result.egressIp })));
+/**
+ * Proxies by exit address. A dual-stack member's two URLs leaving from one
+ * address (its IPv6 URL checked with the IPv4 echo URL) are one member, not
+ * a shared address.
+ */
+function egressGroups(results: readonly ProbeResult[]): EgressGroup[] {
+  const seen = new Set<string>();
+  return groupByEgress(
+    results
+      .map((result) => ({ name: result.name, egressIp: result.egressIp }))
+      .filter(({ name, egressIp }) => {
+        const key = JSON.stringify([name, egressIp]);
+        return !seen.has(key) && seen.add(key) !== undefined;
+      }),
+  );
+}
 
 export function exitStatus(results: readonly ProbeResult[]): number {
   return results.every((result) => result.up) ? CHECK_EXIT.healthy : CHECK_EXIT.someDown;
@@ -217,7 +231,7 @@ export function renderPrometheus(report: CheckReport): string {
   const family = (name: string, help: string, samples: string[]) =>
     families.push({ name, help, samples });
   const labels = (result: ProbeResult, extra: Record<string, string> = {}) =>
-    labelSet({ proxy: result.name, endpoint: result.endpoint, ...extra });
+    labelSet({ proxy: result.name, endpoint: result.endpoint, family: result.family, ...extra });
 
   family(
     "egress_proxy_up",

@@ -6,6 +6,7 @@
  * publishing writes (an array of `{ url, ... }`, or of URLs in older
  * deployments), or plain proxy URLs.
  */
+import { isIP } from "node:net";
 import type { ProxyCredentials } from "../../provider/common/proxy-probe";
 
 export interface ProxyTarget {
@@ -16,6 +17,12 @@ export interface ProxyTarget {
   /** host:port (IPv6 in brackets), never with credentials. */
   endpoint: string;
   credentials?: ProxyCredentials;
+  /**
+   * The address family it is reached over: "ipv6" for an IPv6 literal (a
+   * dual-stack member's second URL), else "ipv4". A metric label, and which
+   * egress URL applies (--egress-url-ipv6).
+   */
+  family: "ipv4" | "ipv6";
   /** From the pool's `proxies[].rotateAfter`: when the member is due for rotation by age. */
   rotateAfter?: string;
 }
@@ -95,16 +102,22 @@ function namesOf(proxies: unknown): Map<string, MemberNote> {
   for (const proxy of proxies as Array<{
     name?: unknown;
     endpoint?: unknown;
+    endpointIpv6?: unknown;
     rotateAfter?: unknown;
   }>) {
-    if (typeof proxy?.name !== "string" || typeof proxy.endpoint !== "string") continue;
-    try {
-      names.set(new URL(proxy.endpoint).host, {
-        name: proxy.name,
-        ...(typeof proxy.rotateAfter === "string" ? { rotateAfter: proxy.rotateAfter } : {}),
-      });
-    } catch {
-      // A malformed entry only costs the friendly name.
+    if (typeof proxy?.name !== "string") continue;
+    const note = {
+      name: proxy.name,
+      ...(typeof proxy.rotateAfter === "string" ? { rotateAfter: proxy.rotateAfter } : {}),
+    };
+    // A dual-stack member's both URLs carry its name (each is probed, labelled by family).
+    for (const endpoint of [proxy.endpoint, proxy.endpointIpv6]) {
+      if (typeof endpoint !== "string") continue;
+      try {
+        names.set(new URL(endpoint).host, note);
+      } catch {
+        // A malformed entry only costs the friendly name.
+      }
     }
   }
   return names;
@@ -129,7 +142,8 @@ export function targetFromUrl(
     url.username !== ""
       ? { user: decodeURIComponent(url.username), password: decodeURIComponent(url.password) }
       : fallback;
-  return { name: url.host, host, port, endpoint: url.host, credentials };
+  const family = isIP(host) === 6 ? "ipv6" : "ipv4";
+  return { name: url.host, host, port, endpoint: url.host, credentials, family };
 }
 
 function dedupe(targets: ProxyTarget[]): ProxyTarget[] {

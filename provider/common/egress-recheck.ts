@@ -18,16 +18,22 @@
  * - a refresh that finds it still not answering after such a restart reports
  *   a `rotation` the program does not hold, so the next `up` replaces it
  *   (created before the old one is deleted, under a new generated name);
- * - a VM older than `rotateAfterDays` is reported the same way.
+ * - a VM older than `rotateAfterDays` is reported the same way;
+ * - a dual-stack proxy is re-checked on each family at once (`ipv6Url`
+ *   through its IPv6 address, else its port there), by these same rules: a
+ *   family that fails is named in `egressProblem.families`, and the pool
+ *   keeps publishing the member ready on the family that works.
  *
  * An exit address shared with another member is not a resource's finding:
  * only the pool sees every member (components/pool.ts decides that).
  */
+import { isIP } from "node:net";
 import type { Deadline } from "./deadline";
 import { sleepWithin } from "./deadline";
 import type { DiffDecision } from "./diff";
 import { egressAddressIn, egressCheckSchema } from "./egress";
 import { PermanentError } from "./errors";
+import type { IpFamily } from "./ip-families";
 import { fetchThroughProxy, type ProxyCredentials } from "./proxy-probe";
 import { tryTcpConnect } from "./readiness";
 
@@ -56,17 +62,27 @@ export interface EgressProblem {
   since: string;
   /** When an `up` restarted the VM for it (the heal tried); absent before. */
   restartedAt?: string;
+  /**
+   * A dual-stack proxy's: the families whose re-check failed with this kind
+   * (the others still work, and the pool keeps publishing them). Absent: every
+   * family (an IPv4-only proxy, state from before dual stack).
+   */
+  families?: IpFamily[];
 }
 
 export interface RecheckFinding {
   egressIp: string | null;
   checkedAt: string | null;
   egressProblem: EgressProblem | null;
+  /** Only for a proxy that takes IPv6: what `ipv6Url` saw through its IPv6 address. */
+  egressIpv6?: string | null;
 }
 
 /** The egress check as the re-check uses it: the URL, the field, the proxy's credentials. */
 export interface RecheckCheck {
   url: string;
+  /** Through the IPv6 address of a proxy that takes IPv6 (create's rule: common/egress.ts). */
+  ipv6Url?: string;
   field?: string;
   proxyAuth?: ProxyCredentials;
 }
@@ -75,50 +91,54 @@ export interface RecheckCheck {
 export function egressProblemOf(props: Props): EgressProblem | undefined {
   const value = props[EGRESS_PROBLEM_KEY];
   if (value === null || typeof value !== "object") return undefined;
-  const { kind, reason, since, restartedAt } = value as Record<string, unknown>;
+  const { kind, reason, since, restartedAt, families } = value as Record<string, unknown>;
   if (typeof reason !== "string" || typeof since !== "string") return undefined;
+  const named = Array.isArray(families)
+    ? families.filter((family): family is IpFamily => family === "ipv4" || family === "ipv6")
+    : [];
   return {
     kind: kind === "egress" ? "egress" : "unanswered",
     reason,
     since,
     ...(typeof restartedAt === "string" ? { restartedAt } : {}),
+    ...(named.length > 0 ? { families: named } : {}),
   };
 }
 
+/** What one family's re-check found: the exit address (undefined: only the port was asked), or why not. */
+type FamilyProbe =
+  { ok: true; egressIp?: string } | { ok: false; kind: EgressProblem["kind"]; reason: string };
+
 /**
- * One re-check of a proxy found running: the egress URL through it when the
- * resource has an egress check, else its port. Never throws: what it finds
- * is the result. `previous` are the outputs state holds.
+ * One family's re-check: the egress URL through `proxy` when there is a
+ * check, else its port; RECHECK_ATTEMPTS tries, each capped like create's.
+ * `ipv6Only`: an answer that is no IPv6 address fails it (create's rule for
+ * `ipv6Url`: something in between answered over IPv4).
  */
-export async function recheckEgress(
+async function probeFamily(
   proxy: { host: string; port: number },
   check: RecheckCheck | undefined,
-  previous: Props,
   deadline: Deadline,
-): Promise<RecheckFinding> {
-  const knownIp = typeof previous.egressIp === "string" ? previous.egressIp : null;
-  const knownAt = typeof previous.checkedAt === "string" ? previous.checkedAt : null;
-  const problem = egressProblemOf(previous);
+  ipv6Only = false,
+): Promise<FamilyProbe> {
   let last = "no attempt within the refresh's deadline";
   let kind: EgressProblem["kind"] = "unanswered";
   for (let attempt = 1; attempt <= RECHECK_ATTEMPTS && !deadline.expired(); attempt++) {
     kind = "unanswered";
     try {
-      let egressIp = knownIp;
       const capMs = deadline.capped(ATTEMPT_CAP_MS);
-      if (check === undefined) await tryTcpConnect(proxy.host, proxy.port, capMs);
-      else {
-        const answer = await fetchThroughProxy(proxy, check.url, capMs, check.proxyAuth);
-        kind = "egress";
-        egressIp = egressAddressIn(answer, proxy, check, check.proxyAuth);
+      if (check === undefined) {
+        await tryTcpConnect(proxy.host, proxy.port, capMs);
+        return { ok: true };
       }
-      // The same finding keeps its time: a confirming refresh changes no output.
-      const same = problem === undefined && egressIp === knownIp && knownAt !== null;
-      return {
-        egressIp,
-        checkedAt: same ? knownAt : new Date().toISOString(),
-        egressProblem: null,
-      };
+      const answer = await fetchThroughProxy(proxy, check.url, capMs, check.proxyAuth);
+      kind = "egress";
+      const egressIp = egressAddressIn(answer, proxy, check, check.proxyAuth);
+      if (ipv6Only && isIP(egressIp) !== 6)
+        throw new PermanentError(
+          `egressCheck ${check.url} through the proxy at [${proxy.host}]:${proxy.port}: the answer ${egressIp} is not an IPv6 address`,
+        );
+      return { ok: true, egressIp };
     } catch (error) {
       last = (error as Error).message;
       // Refused credentials, an answer that is no address: asking again cannot help.
@@ -127,21 +147,110 @@ export async function recheckEgress(
     if (attempt < RECHECK_ATTEMPTS && deadline.remainingMs() > PAUSE_MS)
       await sleepWithin(PAUSE_MS, deadline);
   }
+  return { ok: false, kind, reason: last };
+}
+
+/**
+ * The IPv6 side of a dual-stack proxy: its IPv6 address (null: the guest
+ * reports none, which counts as a proxy not answering there) and what is
+ * asked through it (`ipv6Url`, else the port, as create's readiness did).
+ */
+export interface Ipv6Side {
+  address: string | null;
+}
+
+const familyOf = (address: string): IpFamily => (isIP(address) === 6 ? "ipv6" : "ipv4");
+
+/**
+ * One re-check of a proxy found running: the egress URL through it when the
+ * resource has an egress check, else its port; with `ipv6`, the IPv6 side
+ * too (`ipv6Url` through the IPv6 address), concurrently, within the same
+ * deadline. Never throws: what it finds is the result. `previous` are the
+ * outputs state holds.
+ */
+export async function recheckEgress(
+  proxy: { host: string; port: number },
+  check: RecheckCheck | undefined,
+  previous: Props,
+  deadline: Deadline,
+  ipv6?: Ipv6Side,
+): Promise<RecheckFinding> {
+  const v6Check = check?.ipv6Url === undefined ? undefined : { ...check, url: check.ipv6Url };
+  const [primary, second] = await Promise.all([
+    probeFamily(proxy, check, deadline),
+    ipv6 === undefined
+      ? Promise.resolve(undefined)
+      : ipv6.address === null
+        ? Promise.resolve<FamilyProbe>({
+            ok: false,
+            kind: "unanswered",
+            reason: "the guest reports no IPv6 address on the proxy's NIC",
+          })
+        : probeFamily({ host: ipv6.address, port: proxy.port }, v6Check, deadline, true),
+  ]);
+  const sides: Array<{ family: IpFamily; probe: FamilyProbe }> = [
+    { family: familyOf(proxy.host), probe: primary },
+    ...(second === undefined ? [] : [{ family: "ipv6" as const, probe: second }]),
+  ];
+  return findingOf(sides, previous, ipv6 !== undefined);
+}
+
+/**
+ * The finding from each family's probe. An answered exit address is
+ * accepted (a new one gets a new `checkedAt`); a family that failed keeps
+ * what was known. A dual-stack proxy's problem names the families that
+ * failed (the pool keeps publishing it on the others); the worse kind
+ * ("unanswered") decides, as for one family.
+ */
+function findingOf(
+  sides: ReadonlyArray<{ family: IpFamily; probe: FamilyProbe }>,
+  previous: Props,
+  dual: boolean,
+): RecheckFinding {
+  const known = (key: string) => (typeof previous[key] === "string" ? previous[key] : null);
+  const knownAt = known("checkedAt");
+  const problem = egressProblemOf(previous);
+  const answered = (probe: FamilyProbe | undefined, was: string | null) =>
+    probe?.ok === true && probe.egressIp !== undefined ? probe.egressIp : was;
+  const egressIp = answered(sides[0]!.probe, known("egressIp"));
+  const egressIpv6 = dual ? answered(sides[1]?.probe, known("egressIpv6")) : undefined;
+  const changed = egressIp !== known("egressIp") || (dual && egressIpv6 !== known("egressIpv6"));
+  const v6 = dual ? { egressIpv6 } : {};
+  const failures = sides.flatMap(({ family, probe }) =>
+    probe.ok ? [] : [{ family, kind: probe.kind, reason: probe.reason }],
+  );
+  if (failures.length === 0)
+    // The same finding keeps its time: a confirming refresh changes no output.
+    return {
+      egressIp,
+      checkedAt: !changed && problem === undefined && knownAt !== null ? knownAt : now(),
+      egressProblem: null,
+      ...v6,
+    };
+  const kind = failures.some((failure) => failure.kind === "unanswered") ? "unanswered" : "egress";
+  const failing = failures.filter((failure) => failure.kind === kind);
+  const label = (family: IpFamily) => (family === "ipv6" ? "IPv6" : "IPv4");
   return {
-    egressIp: knownIp,
-    checkedAt: knownAt,
+    egressIp,
+    checkedAt: changed ? now() : knownAt,
+    ...v6,
     egressProblem: {
       kind,
-      reason: last,
+      reason: failures
+        .map((failure) => (dual ? `${label(failure.family)}: ${failure.reason}` : failure.reason))
+        .join("; "),
       // A problem of another kind starts its own time.
-      since: problem?.kind === kind ? problem.since : new Date().toISOString(),
+      since: problem?.kind === kind ? problem.since : now(),
       // The restart was for a proxy that did not answer: it counts while that lasts.
       ...(problem?.restartedAt === undefined || kind !== "unanswered"
         ? {}
         : { restartedAt: problem.restartedAt }),
+      ...(dual ? { families: [...new Set(failing.map((failure) => failure.family))] } : {}),
     },
   };
 }
+
+const now = (): string => new Date().toISOString();
 
 /**
  * Whether the next `up` restarts the VM for its egress: the re-check is on,
@@ -162,9 +271,16 @@ export function needsEgressRestart(olds: Props, news: Props): boolean {
   );
 }
 
-/** Whether the proxy failed its last re-check by not answering at all (the pool publishes it not ready). */
-export const isUnanswered = (problem: unknown): boolean =>
-  egressProblemOf({ [EGRESS_PROBLEM_KEY]: problem })?.kind === "unanswered";
+/**
+ * Whether the proxy failed its last re-check by not answering at all (the
+ * pool publishes it not ready); with `family`, whether it failed on that
+ * family (a dual-stack proxy silent on IPv6 only stays published on IPv4).
+ */
+export function isUnanswered(problem: unknown, family?: IpFamily): boolean {
+  const found = egressProblemOf({ [EGRESS_PROBLEM_KEY]: problem });
+  if (found?.kind !== "unanswered") return false;
+  return family === undefined || found.families === undefined || found.families.includes(family);
+}
 
 /** The table's decision, plus the in-place restart the rule asks for. */
 export function withEgressHeal(decision: DiffDecision, olds: Props, news: Props): DiffDecision {
@@ -248,7 +364,8 @@ export interface RecheckInputs {
  */
 export async function recheckOnRead(
   inputs: RecheckInputs,
-  found: { serving: boolean; address: string | null },
+  /** `ipv6`: a proxy that takes IPv6, its IPv6 address as read now (null: none reported). */
+  found: { serving: boolean; address: string | null; ipv6?: string | null },
   previous: Props,
   deadline: Deadline,
 ): Promise<{ finding: RecheckFinding | undefined; outputs: Props }> {
@@ -258,11 +375,16 @@ export async function recheckOnRead(
     (inputs.readiness.mode === "address" && inputs.egressCheck !== undefined);
   if (inputs.egressRecheck !== true || !checked || !found.serving || found.address === null)
     return { finding: undefined, outputs: { [EGRESS_PROBLEM_KEY]: null } };
+  // Readiness "address" checked the IPv6 side only through ipv6Url: without it, nothing to re-check there.
+  const ipv6Checked =
+    found.ipv6 !== undefined &&
+    (inputs.readiness.mode === "port" || inputs.egressCheck?.ipv6Url !== undefined);
   const finding = await recheckEgress(
     { host: found.address, port: inputs.readiness.port },
     inputs.egressCheck,
     previous,
     deadline,
+    ipv6Checked ? { address: found.ipv6 ?? null } : undefined,
   );
   return { finding, outputs: { ...finding } };
 }

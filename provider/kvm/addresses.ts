@@ -108,3 +108,28 @@ export async function lookUpAddress(
     ...(wanted.ipv6 ? { ipv6 } : {}),
   };
 }
+
+/**
+ * The VM's addresses at a refresh, looked up as create did. One address
+ * source failing must not blank an address we knew; a stopped VM has none.
+ * An agent that answers without an IPv6 address on the NIC means the VM lost
+ * it: null, the drift refresh shows (the re-check counts it as a silent IPv6
+ * side). `known` are the outputs state holds.
+ */
+export async function refreshedAddresses(
+  state: string,
+  mac: string,
+  query: (source: AddressSource) => Promise<ReportedInterface[]>,
+  known: { ip?: unknown; ipv6Address?: unknown },
+  wanted: { ipv4: boolean; ipv6: boolean; settings?: Ipv6Settings },
+): Promise<{ ip: string | null; ipv6: string | null }> {
+  const kept = (value: unknown) =>
+    state === "stopped" || typeof value !== "string" ? null : value;
+  if (state !== "running") return { ip: kept(known.ip), ipv6: kept(known.ipv6Address) };
+  const lookup = await lookUpAddress(mac, query, wanted);
+  const agentFailed = lookup.failures.some((failure) => failure.source === "agent");
+  return {
+    ip: lookup.ip ?? kept(known.ip),
+    ipv6: lookup.ipv6 ?? (agentFailed ? kept(known.ipv6Address) : null),
+  };
+}

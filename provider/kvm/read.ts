@@ -10,11 +10,12 @@ import { recheckOnRead, rotationDue } from "../common/egress-recheck";
 import { isGoneForGood } from "../common/gone-hosts";
 import { replacementReason, withReplacementReason } from "../common/replacement";
 import type { DomainHandle } from "../libvirt-rpc-xdr";
-import { lookUpAddress } from "./addresses";
+import { familiesOf, proxyEndpoint } from "../common/ip-families";
+import { refreshedAddresses } from "./addresses";
 import { openHost, type HostSession } from "./connect";
 import { domainGoneReason, missingVolumes, missingVolumesReason, perVmVolumesLeft } from "./damage";
 import { parseDomainXml, type DomainDescription } from "./domain-xml";
-import type { LibvirtHost, VmState } from "./host";
+import type { LibvirtHost } from "./host";
 import { kvmResourceId, legacyHostLabel, macAddressFor, parseKvmResourceId } from "./naming";
 import { observedInputs } from "./observed";
 import { adoptedCreation } from "./adoption";
@@ -76,10 +77,17 @@ async function readWithin(
     missingVolumes(session.host, description),
   ]);
   const mac = description.mac ?? macAddressFor(description.name);
-  const ip = await currentAddress(session.host, handle, state, mac, props.ip);
+  const families = familiesOf(target);
+  const { ip, ipv6 } = await refreshedAddresses(
+    state,
+    mac,
+    (source) => session.host.interfaces(handle, source),
+    props,
+    { ...families, ...(target.ipv6 === undefined ? {} : { settings: target.ipv6 }) },
+  );
   const recheck = await recheckOnRead(
     target,
-    { serving: state === "running", address: ip },
+    { serving: state === "running", address: ip, ...(families.ipv6 ? { ipv6 } : {}) },
     props,
     deadline,
   );
@@ -98,7 +106,9 @@ async function readWithin(
     state,
     mac,
     ip,
-    endpoint: ip ? `http://${ip}:${target.readiness.port}` : null,
+    endpoint: ip ? proxyEndpoint(ip, target.readiness.port) : null,
+    // Only a proxy that takes IPv6 has the output: an IPv4-only one's stay as they were.
+    ...(families.ipv6 ? { ipv6Address: ipv6 } : {}),
     createdAt: mark.createdAt,
     libvirtUuid: uuidText(handle.uuid),
     ...recheck.outputs,
@@ -114,21 +124,6 @@ async function readWithin(
     props: plain(outputs),
     inputs: plain(inputsOnly(outputs, OUTPUT_KEYS)),
   };
-}
-
-/** One address source failing must not blank an address we knew; a stopped VM has none. */
-async function currentAddress(
-  host: LibvirtHost,
-  handle: DomainHandle,
-  state: VmState,
-  mac: string,
-  known: unknown,
-): Promise<string | null> {
-  const lookup =
-    state === "running"
-      ? await lookUpAddress(mac, (source) => host.interfaces(handle, source))
-      : undefined;
-  return lookup?.ip ?? (state === "stopped" || typeof known !== "string" ? null : known);
 }
 
 /** Identity: the UUID recorded at create; the name for `.get` and for state written before it. */
@@ -172,7 +167,14 @@ async function goneDomain(
   if (left.length === 0) return {};
   if (isIncompleteCreate(props)) return { id, props };
   const outputs = withReplacementReason(
-    { ...props, running: false, state: "stopped", ip: null, endpoint: null },
+    {
+      ...props,
+      running: false,
+      state: "stopped",
+      ip: null,
+      endpoint: null,
+      ...(props.ipv6Address === undefined ? {} : { ipv6Address: null }),
+    },
     domainGoneReason(vmName, left),
   );
   return { id, props: plain(outputs), inputs: plain(inputsOnly(outputs, OUTPUT_KEYS)) };

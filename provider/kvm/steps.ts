@@ -84,6 +84,8 @@ export function hostTargetOf(props: Props) {
     egressCheck: field("egressCheck"),
     egressRecheck: field("egressRecheck"),
     rotateAfterDays: field("rotateAfterDays"),
+    ipFamilies: field("ipFamilies"),
+    ipv6: field("ipv6"),
     timeouts,
   };
 }

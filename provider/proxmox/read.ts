@@ -13,7 +13,13 @@ import { ConnectionInputs, resolveConnection } from "./connection";
 import { brokenVmReason, seedIsPresent, vmGoneReason } from "./damage";
 import { seedVolumeId } from "./seed";
 import { macOf, markOfConfig } from "./vm-config";
-import { agentAddress, getConfig, getStatus, VmRef, VmStatus } from "./vm";
+import {
+  familiesOf,
+  ipFamiliesShape,
+  proxyEndpoint,
+  type Ipv6Settings,
+} from "../common/ip-families";
+import { agentAddresses, getConfig, getStatus, VmRef, VmStatus } from "./vm";
 import { observedInputs } from "./observed";
 import { adoptedCreation } from "./adoption";
 import {
@@ -70,11 +76,17 @@ export async function read(
   const mark = ourVmAt(config, ref, props, adopting);
   if (mark === undefined) return gone();
   const mac = macOf(config) ?? null;
-  const ip = await freshAddress(client, ref, status, mac, props.ip);
+  const families = familiesOfProps(props);
+  const { ip, ipv6 } = await freshAddresses(client, ref, status, mac, props);
   const port = settings.readiness.port;
   const recheckInputs = recheckInputsOf(props, port);
   const serving = stateOf(status) === "running";
-  const recheck = await recheckOnRead(recheckInputs, { serving, address: ip }, props, deadline);
+  const recheck = await recheckOnRead(
+    recheckInputs,
+    { serving, address: ip, ...(families.ipv6 ? { ipv6 } : {}) },
+    props,
+    deadline,
+  );
   const rotation = rotationDue(recheckInputs, mark.createdAt, recheck.finding);
   // Adopting: what the host cannot report comes from the mark (adoption.ts), when it says.
   const creation = adopting ? adoptedCreation(mark) : undefined;
@@ -90,7 +102,9 @@ export async function read(
     mac,
     state: stateOf(status),
     ip,
-    endpoint: ip === null ? null : `http://${ip}:${port}`,
+    endpoint: ip === null ? null : proxyEndpoint(ip, port),
+    // Only a proxy that takes IPv6 has the output: an IPv4-only one's stay as they were.
+    ...(families.ipv6 ? { ipv6Address: ipv6 } : {}),
     createdAt: mark.createdAt,
     ...recheck.outputs,
     ...(rotation === undefined ? {} : { rotation }),
@@ -130,7 +144,14 @@ async function goneVm(
   const id = resourceId(ref);
   if (isIncompleteCreate(props)) return { id, props };
   const outputs = withReplacementReason(
-    { ...props, running: false, state: "stopped", ip: null, endpoint: null },
+    {
+      ...props,
+      running: false,
+      state: "stopped",
+      ip: null,
+      endpoint: null,
+      ...(props.ipv6Address === undefined ? {} : { ipv6Address: null }),
+    },
     vmGoneReason(ref.vmid, seedVolume),
   );
   return {
@@ -192,20 +213,40 @@ function stateOf(status: VmStatus): string {
   return status.status;
 }
 
-/** One short agent call; any failure keeps the address we knew. */
-async function freshAddress(
+/** The families and IPv6 settings stored props ask for, leniently (state from before dual stack has none). */
+function familiesOfProps(props: Props): { ipv4: boolean; ipv6: boolean; settings?: Ipv6Settings } {
+  const families = ipFamiliesShape.ipFamilies.safeParse(props.ipFamilies);
+  const settings = ipFamiliesShape.ipv6.safeParse(props.ipv6);
+  return {
+    ...familiesOf({ ipFamilies: families.success ? families.data : undefined }),
+    ...(settings.success && settings.data !== undefined ? { settings: settings.data } : {}),
+  };
+}
+
+/**
+ * One short agent call, asked as create asked it: net0's IPv4 and IPv6
+ * addresses. Any failure keeps the addresses we knew; an agent that answers
+ * without an IPv6 address on net0 means the VM lost it (null: the drift
+ * refresh shows, and the re-check counts as a silent IPv6 side). An
+ * IPv6-only proxy's `ip` is its IPv6 address, as at create.
+ */
+async function freshAddresses(
   client: ProxmoxClient,
   ref: VmRef,
   status: VmStatus,
   mac: string | null,
-  known: unknown,
-): Promise<string | null> {
-  const previous = typeof known === "string" ? known : null;
-  if (mac === null || status.status !== "running" || status.qmpstatus === "paused") return previous;
+  known: Props,
+): Promise<{ ip: string | null; ipv6: string | null }> {
+  const previous = (value: unknown) => (typeof value === "string" ? value : null);
+  const kept = { ip: previous(known.ip), ipv6: previous(known.ipv6Address) };
+  if (mac === null || status.status !== "running" || status.qmpstatus === "paused") return kept;
+  const families = familiesOfProps(known);
   try {
-    return (await agentAddress(client, ref, mac, 3000)) ?? previous;
+    const found = await agentAddresses(client, ref, mac, 3000, families.settings);
+    const ipv6 = found.ipv6 ?? null;
+    return { ip: (families.ipv4 ? found.ipv4 : (ipv6 ?? undefined)) ?? kept.ip, ipv6 };
   } catch {
-    return previous;
+    return kept;
   }
 }
 

@@ -244,20 +244,11 @@ interface AgentInterface {
 }
 
 /**
- * The VM's address from the guest agent: the IPv4 on the interface whose MAC
- * is net0's (not docker0 or a VPN the guest brought up first). Link-local and
- * unspecified addresses are skipped. Throws the classified agent error (F5).
+ * The VM's addresses from the guest agent, both families from one answer: the
+ * IPv4 on the interface whose MAC is net0's (not docker0 or a VPN the guest
+ * brought up first; link-local and unspecified skipped) and its IPv6
+ * (common/ip-families.ts pickIpv6). Throws the classified agent error (F5).
  */
-export async function agentAddress(
-  client: ProxmoxClient,
-  ref: VmRef,
-  mac: string,
-  timeoutMs: number,
-): Promise<string | undefined> {
-  return (await agentAddresses(client, ref, mac, timeoutMs)).ipv4;
-}
-
-/** Both families from one agent answer: net0's IPv4 (as agentAddress) and its IPv6 (common/ip-families.ts pickIpv6). */
 export async function agentAddresses(
   client: ProxmoxClient,
   ref: VmRef,

@@ -151,10 +151,13 @@ describe("egress-proxies check against loopback proxies", function () {
     const checked = await promtool(text);
     assert.equal(checked.status, 0, checked.output);
     assert.equal(checked.output.trim(), "", "promtool's linter is silent");
-    assert.match(text, /^egress_proxy_up\{proxy="kvm1-c",endpoint="127\.0\.0\.4:\d+"\} 1$/m);
     assert.match(
       text,
-      /^egress_proxy_egress_info\{proxy="kvm1-d",endpoint="127\.0\.0\.5:\d+",egress_ip="127\.0\.0\.9"\} 1$/m,
+      /^egress_proxy_up\{proxy="kvm1-c",endpoint="127\.0\.0\.4:\d+",family="ipv4"\} 1$/m,
+    );
+    assert.match(
+      text,
+      /^egress_proxy_egress_info\{proxy="kvm1-d",endpoint="127\.0\.0\.5:\d+",family="ipv4",egress_ip="127\.0\.0\.9"\} 1$/m,
     );
     assert.deepEqual(readdirSync(dir), ["egress.prom"], "the temporary file was renamed, not left");
     // The parser is not a rubber stamp: a mangled copy fails.
@@ -165,6 +168,58 @@ describe("egress-proxies check against loopback proxies", function () {
       ),
     );
     assert.notEqual(broken.status, 0);
+  });
+
+  it("a dual-stack member: both URLs probed under its name, each family's exit address, labelled by family", async () => {
+    const echo6 = await startEchoServer("::1");
+    const v4 = await startForwardProxy({
+      host: "127.0.0.1",
+      auth: AUTH,
+      egressAddress: "127.0.0.8",
+    });
+    // The member's squid on its IPv6 address: the same port, as on a dual-stack VM.
+    const v6 = await startForwardProxy({ host: "::1", auth: AUTH, port: v4.port });
+    servers.push(echo6, v4, v6);
+    const creds = `${encodeURIComponent(AUTH.user)}:${encodeURIComponent(AUTH.password)}@`;
+    const urls = [`http://127.0.0.1:${v4.port}`, `http://[::1]:${v4.port}`];
+    const outputs = JSON.stringify({
+      endpoints: urls,
+      endpointsWithCredentials: urls.map((u) => u.replace("//", `//${creds}`)),
+      proxies: [{ name: "kvm1-dual", endpoint: urls[0], endpointIpv6: urls[1] }],
+    });
+    const flags = [...probeFlags(), "--egress-url-ipv6", `http://[::1]:${echo6.port}/json`];
+    const prom = join(dir, "dual.prom");
+    const both = await runCheck([...flags, "--json", "--prometheus", prom], outputs);
+    assert.equal(both.status, 0, both.stderr + both.stdout);
+    const report = JSON.parse(both.stdout) as {
+      proxies: Array<{ name: string; family: string; up: boolean; egressIp: string }>;
+    };
+    assert.deepEqual(
+      report.proxies.map((proxy) => [proxy.name, proxy.family, proxy.up, proxy.egressIp]),
+      [
+        ["kvm1-dual", "ipv4", true, "127.0.0.8"],
+        ["kvm1-dual", "ipv6", true, "::1"],
+      ],
+    );
+    const text = readFileSync(prom, "utf8");
+    const checked = await promtool(text);
+    assert.equal(checked.status, 0, checked.output);
+    assert.match(
+      text,
+      /^egress_proxy_egress_info\{proxy="kvm1-dual",endpoint="\[::1\]:\d+",family="ipv6",egress_ip="::1"\} 1$/m,
+    );
+    await v6.close();
+    const half = await runCheck([...flags, "--timeout", "2", "--prometheus", prom], outputs);
+    assert.equal(half.status, 1, half.stderr + half.stdout);
+    const metrics = readFileSync(prom, "utf8");
+    assert.match(
+      metrics,
+      /^egress_proxy_up\{proxy="kvm1-dual",endpoint="127\.0\.0\.1:\d+",family="ipv4"\} 1$/m,
+    );
+    assert.match(
+      metrics,
+      /^egress_proxy_up\{proxy="kvm1-dual",endpoint="\[::1\]:\d+",family="ipv6"\} 0$/m,
+    );
   });
 
   it("a gone proxy, a silent one and wrong credentials: exit 1, each with its reason, within the deadline", async () => {
@@ -192,7 +247,7 @@ describe("egress-proxies check against loopback proxies", function () {
     assert.equal(checked.status, 0, checked.output);
     assert.match(
       readFileSync(prom, "utf8"),
-      /^egress_proxy_up\{proxy="kvm1-paused",endpoint="127\.0\.0\.6:\d+"\} 0$/m,
+      /^egress_proxy_up\{proxy="kvm1-paused",endpoint="127\.0\.0\.6:\d+",family="ipv4"\} 0$/m,
     );
     assert.match(readFileSync(prom, "utf8"), /^egress_proxies_up 1$/m);
   });

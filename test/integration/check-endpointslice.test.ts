@@ -19,15 +19,15 @@ import { CHECK_BIN, startExporter, until, type RunningExporter } from "../suppor
 import { startEchoServer, startForwardProxy, type RunningServer } from "../support/forward-proxy";
 
 const TOKEN = "sentinel-service-account-token-7731";
-const SLICE_PATH = "/apis/discovery.k8s.io/v1/namespaces/crawlers/endpointslices/egress-vms";
+const SLICES_PATH = "/apis/discovery.k8s.io/v1/namespaces/crawlers/endpointslices/";
 
 interface Slice {
   metadata: { name: string; resourceVersion: string };
   endpoints: { addresses: string[]; conditions?: { ready?: boolean } }[];
 }
 
-/** The API server's part this needs: one EndpointSlice, read and JSON-patched. */
-function startApiServer(slice: Slice): Promise<{
+/** The API server's part this needs: the pool's EndpointSlices (by name), read and JSON-patched. */
+function startApiServer(...slices: Slice[]): Promise<{
   server: Server;
   port: number;
   requests: { method: string; path: string; body: string }[];
@@ -48,7 +48,8 @@ function startApiServer(slice: Slice): Promise<{
       };
       if (req.headers.authorization !== `Bearer ${TOKEN}`)
         return reply(401, { kind: "Status", message: "Unauthorized" });
-      if (req.url !== SLICE_PATH) return reply(404, { kind: "Status", message: "not found" });
+      const slice = slices.find((each) => req.url === `${SLICES_PATH}${each.metadata.name}`);
+      if (slice === undefined) return reply(404, { kind: "Status", message: "not found" });
       if (req.method === "GET") return reply(200, slice);
       if (req.method !== "PATCH" || req.headers["content-type"] !== "application/json-patch+json")
         return reply(415, { kind: "Status", message: "unsupported" });
@@ -190,6 +191,72 @@ describe("egress-proxies check --serve --endpointslice keeps the slice's readine
 
     const status = await running.terminate();
     assert.equal(status, 0, running.stderr());
+  });
+
+  it("a dual-stack member: both slices kept, the IPv6 one flipped alone when only IPv6 fails", async () => {
+    const echo = await startEchoServer("127.0.0.1");
+    const v4 = await startForwardProxy({ host: "127.0.0.1" });
+    // The member's squid on its IPv6 address: the same port, as on a dual-stack VM.
+    const v6 = await startForwardProxy({ host: "::1", port: v4.port });
+    servers.push(echo, v4, v6);
+    const ipv4Slice: Slice = {
+      metadata: { name: "egress-vms", resourceVersion: "10" },
+      endpoints: [{ addresses: ["127.0.0.1"], conditions: { ready: true } }],
+    };
+    const ipv6Slice: Slice = {
+      metadata: { name: "egress-vms-ipv6", resourceVersion: "20" },
+      endpoints: [{ addresses: ["::1"], conditions: { ready: true } }],
+    };
+    const dualApi = await startApiServer(ipv4Slice, ipv6Slice);
+    try {
+      const list = join(dir, "dual-outputs.json");
+      const urls = [`http://127.0.0.1:${v4.port}`, `http://[::1]:${v4.port}`];
+      writeFileSync(
+        list,
+        JSON.stringify({
+          endpoints: urls,
+          proxies: [{ name: "kvm1-0", endpoint: urls[0], endpointIpv6: urls[1] }],
+        }),
+      );
+      const running = await startExporter(
+        [
+          ...["--interval", "1", "--timeout", "3", "--from", list],
+          ...["--target", `http://127.0.0.1:${echo.port}/`],
+          ...["--endpointslice", "crawlers/egress-vms"],
+          ...["--endpointslice", "crawlers/egress-vms-ipv6"],
+        ],
+        "",
+        {
+          KUBERNETES_SERVICE_HOST: "127.0.0.1",
+          KUBERNETES_SERVICE_PORT: String(dualApi.port),
+          EGRESS_KUBE_SERVICEACCOUNT_DIR: dir,
+        },
+      );
+      exporter = running;
+      const metrics = await running.scrapeAfter(0);
+      assert.match(
+        metrics,
+        /egress_proxy_up\{proxy="kvm1-0",endpoint="127\.0\.0\.1:\d+",family="ipv4"\} 1/,
+      );
+      assert.match(
+        metrics,
+        /egress_proxy_up\{proxy="kvm1-0",endpoint="\[::1\]:\d+",family="ipv6"\} 1/,
+      );
+      await v6.close();
+      await until("the member's IPv6 endpoint marked not ready", 20_000, async () =>
+        ipv6Slice.endpoints[0]!.conditions?.ready === false ? true : undefined,
+      );
+      assert.equal(ipv4Slice.endpoints[0]!.conditions?.ready, true, "IPv4 still works");
+      const paths = dualApi.requests.filter((r) => r.method === "PATCH").map((r) => r.path);
+      assert.deepEqual([...new Set(paths)], [`${SLICES_PATH}egress-vms-ipv6`]);
+      assert.match(
+        running.stderr(),
+        /EndpointSlice crawlers\/egress-vms-ipv6: 1 ready condition\(s\) set from this check/,
+      );
+      assert.equal(await running.terminate(), 0, running.stderr());
+    } finally {
+      await new Promise((resolve) => dualApi.server.close(resolve));
+    }
   });
 
   it("outside a cluster, or with a malformed slice name, refuses to start (status 2) and says why", async () => {

@@ -57,6 +57,11 @@ export interface SimulatorOptions {
   agentNeverUp?: boolean;
   /** The address the guest reports on its NIC; loopback keeps readiness probes local. */
   guestAddress?: (vmid: number) => string;
+  /**
+   * For a guest whose seed asks for IPv6: the global IPv6 address it reports
+   * instead of the one the seed makes (null: none, an address lost).
+   */
+  guestIpv6?: (vmid: number) => string | null;
   /** A docker0-like interface reported before the real NIC (MAC matching must skip it). */
   agentReportsDockerFirst?: boolean;
   /** Each clone holds the disk storage's lock this long while allocating its volume. */
@@ -130,9 +135,9 @@ const DNS_NAME =
 export class PveSimulator {
   readonly node: string;
   readonly options: Required<
-    Omit<SimulatorOptions, "failTask" | "guestAddress" | "tokens" | "taskMs" | "node">
+    Omit<SimulatorOptions, "failTask" | "guestAddress" | "guestIpv6" | "tokens" | "taskMs" | "node">
   > &
-    Pick<SimulatorOptions, "failTask" | "guestAddress" | "taskMs">;
+    Pick<SimulatorOptions, "failTask" | "guestAddress" | "guestIpv6" | "taskMs">;
   readonly vms = new Map<number, SimVm>();
   readonly storages = new Map<string, SimStorage>();
   readonly tasks = new Map<string, SimTask>();
@@ -165,6 +170,7 @@ export class PveSimulator {
       configWritesAnswerNull: options.configWritesAnswerNull ?? false,
       failTask: options.failTask,
       guestAddress: options.guestAddress,
+      guestIpv6: options.guestIpv6,
       taskMs: options.taskMs,
     };
     this.nextPid = this.options.firstPid;
@@ -908,6 +914,11 @@ export class PveSimulator {
     const seed = /^([^:,]+):iso\/([^,]+)/.exec(vm.config.ide2 ?? "");
     const image = seed === null ? undefined : this.isoFile(seed[1], seed[2]);
     const text = image?.toString("latin1") ?? "";
+    if (!text.includes("type: ipv6_slaac") && !text.includes("type: static6")) return [];
+    if (this.options.guestIpv6 !== undefined) {
+      const reported = this.options.guestIpv6(vm.vmid);
+      return reported === null ? [] : [reported];
+    }
     const fixed = /type: static6\n\s+address: "([0-9a-f:]+)\/\d+"/.exec(text);
     if (fixed !== null) return [fixed[1]];
     if (!text.includes("type: ipv6_slaac")) return [];

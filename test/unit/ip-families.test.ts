@@ -10,7 +10,7 @@ import {
   pickIpv6,
   proxyEndpoint,
 } from "../../provider/common/ip-families";
-import { lookUpAddress } from "../../provider/kvm/addresses";
+import { lookUpAddress, refreshedAddresses } from "../../provider/kvm/addresses";
 import { validateKvmInputs } from "../../provider/kvm/schema";
 import { ipv6Output, seedInputOf } from "../../provider/kvm/steps";
 import {
@@ -248,5 +248,63 @@ describe("the egress check over each family (loopback proxies)", () => {
     } finally {
       await new Promise((resolve) => liar.close(resolve));
     }
+  });
+});
+
+describe("KvmProxy refresh: the addresses looked up again (kvm/addresses.ts refreshedAddresses)", () => {
+  const wanted = { ipv4: true, ipv6: true };
+  const known = { ip: "192.0.2.5", ipv6Address: SLAAC };
+  const nic = (...addrs: Array<[type: "ipv4" | "ipv6", addr: string]>) => [
+    {
+      name: "eth0",
+      hwaddr: MAC,
+      addrs: addrs.map(([type, addr]) => ({ type, addr, prefix: type === "ipv4" ? 24 : 64 })),
+    },
+  ];
+  const MOVED = "2001:db8:2:0:5054:ff:fe0a:b0c";
+
+  it("reports the IPv6 address the agent reports now, not the one state holds", async () => {
+    const found = await refreshedAddresses(
+      "running",
+      MAC,
+      async () => nic(["ipv4", "192.0.2.5"], ["ipv6", MOVED]),
+      known,
+      wanted,
+    );
+    assert.deepEqual(found, { ip: "192.0.2.5", ipv6: MOVED });
+  });
+
+  it("an agent that answers without an IPv6 address: lost (null); one that fails: kept", async () => {
+    const lost = await refreshedAddresses(
+      "running",
+      MAC,
+      async (source) => (source === "agent" ? nic(["ipv4", "192.0.2.5"]) : []),
+      known,
+      wanted,
+    );
+    assert.deepEqual(lost, { ip: "192.0.2.5", ipv6: null });
+    const silent = await refreshedAddresses(
+      "running",
+      MAC,
+      async (source) => {
+        if (source === "agent") throw new Error("guest agent is not connected");
+        return source === "lease" ? nic(["ipv4", "192.0.2.5"]) : [];
+      },
+      known,
+      wanted,
+    );
+    assert.deepEqual(silent, { ip: "192.0.2.5", ipv6: SLAAC });
+  });
+
+  it("a stopped VM has no address; a paused one keeps what state holds, unasked", async () => {
+    const never = async (): Promise<never> => assert.fail("not asked");
+    assert.deepEqual(await refreshedAddresses("stopped", MAC, never, known, wanted), {
+      ip: null,
+      ipv6: null,
+    });
+    assert.deepEqual(await refreshedAddresses("paused", MAC, never, known, wanted), {
+      ip: "192.0.2.5",
+      ipv6: SLAAC,
+    });
   });
 });

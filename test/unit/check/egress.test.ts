@@ -215,6 +215,7 @@ describe("egress-proxies check: inputs", () => {
         port: 3128,
         endpoint: "10.0.0.1:3128",
         credentials: { user: "crawler", password: "p@ss" },
+        family: "ipv4",
       },
       {
         name: "[fd00::2]:3128",
@@ -222,8 +223,34 @@ describe("egress-proxies check: inputs", () => {
         port: 3128,
         endpoint: "[fd00::2]:3128",
         credentials: { user: "crawler", password: "p@ss" },
+        family: "ipv6",
       },
     ]);
+  });
+
+  it("names both URLs of a dual-stack member after it (proxies[].endpointIpv6), one family each", () => {
+    const targets = targetsFromDocument(
+      {
+        endpoints: ["http://10.0.0.1:3128", "http://[fd00::1]:3128", "http://10.0.0.2:3128"],
+        proxies: [
+          {
+            name: "kvm1-0",
+            endpoint: "http://10.0.0.1:3128",
+            endpointIpv6: "http://[fd00::1]:3128",
+          },
+          { name: "kvm1-1", endpoint: "http://10.0.0.2:3128" },
+        ],
+      },
+      "outputs.json",
+    );
+    assert.deepEqual(
+      targets.map((target) => [target.name, target.endpoint, target.family]),
+      [
+        ["kvm1-0", "10.0.0.1:3128", "ipv4"],
+        ["kvm1-0", "[fd00::1]:3128", "ipv6"],
+        ["kvm1-1", "10.0.0.2:3128", "ipv4"],
+      ],
+    );
   });
 
   it("reads proxies.json in both shapes, and uses fallback credentials for bare URLs", () => {
@@ -275,6 +302,7 @@ describe("egress-proxies check: reports", () => {
   const up = (name: string, egressIp?: string): ProbeResult => ({
     name,
     endpoint: `${name}.lan:3128`,
+    family: "ipv4",
     up: true,
     httpStatus: 200,
     httpSeconds: 0.012,
@@ -284,6 +312,7 @@ describe("egress-proxies check: reports", () => {
   const down = (name: string): ProbeResult => ({
     name,
     endpoint: `${name}.lan:3128`,
+    family: "ipv4",
     up: false,
     error: "http: connect ECONNREFUSED",
   });
@@ -400,17 +429,25 @@ describe("egress-proxies check: reports", () => {
     assert.equal(parsed.proxies[2].error, "http: connect ECONNREFUSED");
   });
 
+  it("a dual-stack member's two URLs on one exit address are one member, not a shared address", () => {
+    const v6 = { ...up("a", "192.0.2.1"), endpoint: "[fd00::a]:3128", family: "ipv6" as const };
+    const summary = summarize([up("a", "192.0.2.1"), v6, up("b", "192.0.2.2")]);
+    assert.deepEqual([summary.total, summary.egressAddresses, summary.sharedEgress], [3, 2, []]);
+    const shared = summarize([up("a", "192.0.2.1"), v6, up("b", "192.0.2.1")]);
+    assert.deepEqual(shared.sharedEgress, [{ address: "192.0.2.1", proxies: ["a", "b"] }]);
+  });
+
   it("Prometheus text: families with HELP and TYPE, one sample per proxy and probe", () => {
     const text = renderPrometheus(report([up("a", "192.0.2.1"), down("c")]));
     assert.ok(text.endsWith("\n"));
     const samples = text.split("\n").filter((line) => line !== "" && !line.startsWith("#"));
     assert.deepEqual(samples, [
-      'egress_proxy_up{proxy="a",endpoint="a.lan:3128"} 1',
-      'egress_proxy_up{proxy="c",endpoint="c.lan:3128"} 0',
-      'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",probe="http"} 0.012',
-      'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",probe="connect"} 0.004',
-      'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",probe="egress"} 0.01',
-      'egress_proxy_egress_info{proxy="a",endpoint="a.lan:3128",egress_ip="192.0.2.1"} 1',
+      'egress_proxy_up{proxy="a",endpoint="a.lan:3128",family="ipv4"} 1',
+      'egress_proxy_up{proxy="c",endpoint="c.lan:3128",family="ipv4"} 0',
+      'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",family="ipv4",probe="http"} 0.012',
+      'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",family="ipv4",probe="connect"} 0.004',
+      'egress_proxy_probe_duration_seconds{proxy="a",endpoint="a.lan:3128",family="ipv4",probe="egress"} 0.01',
+      'egress_proxy_egress_info{proxy="a",endpoint="a.lan:3128",family="ipv4",egress_ip="192.0.2.1"} 1',
       "egress_proxies_probed 2",
       "egress_proxies_up 1",
       "egress_proxies_egress_addresses 1",

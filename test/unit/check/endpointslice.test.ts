@@ -4,7 +4,12 @@ import type { CheckReport } from "../../../cli/check/report";
 
 const report = (results: [string, boolean][]): CheckReport => ({
   checkedAt: "2026-12-02T21:00:00.000Z",
-  results: results.map(([endpoint, up]) => ({ name: endpoint, endpoint, up })),
+  results: results.map(([endpoint, up]) => ({
+    name: endpoint,
+    endpoint,
+    family: endpoint.startsWith("[") ? ("ipv6" as const) : ("ipv4" as const),
+    up,
+  })),
 });
 
 describe("check --endpointslice: the patch that brings the slice to the last check", () => {

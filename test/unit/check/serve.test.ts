@@ -15,8 +15,20 @@ import {
 const report: CheckReport = {
   checkedAt: "2026-12-02T10:00:00.000Z",
   results: [
-    { name: "kvm1-0", endpoint: "192.0.2.10:3128", up: true, egressIp: "203.0.113.7" },
-    { name: "kvm1-1", endpoint: "192.0.2.11:3128", up: false, error: "CONNECT: 502" },
+    {
+      name: "kvm1-0",
+      endpoint: "192.0.2.10:3128",
+      family: "ipv4",
+      up: true,
+      egressIp: "203.0.113.7",
+    },
+    {
+      name: "kvm1-1",
+      endpoint: "192.0.2.11:3128",
+      family: "ipv4",
+      up: false,
+      error: "CONNECT: 502",
+    },
   ],
 };
 

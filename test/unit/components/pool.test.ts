@@ -452,7 +452,15 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       ipFamilies: ["ipv4", "ipv6"],
       squid: { allowedClientCidrs: ["10.0.0.0/8", "fd00::/8"] },
       egressCheck: { url: "http://192.0.2.7/ip", ipv6Url: "http://[2001:db8::7]/ip" },
-      kubernetes: { namespace: "crawlers", name: "egress" },
+      kubernetes: {
+        namespace: "crawlers",
+        name: "egress",
+        exporter: {
+          target: "http://example.com/",
+          egressUrl: "http://192.0.2.7/ip",
+          egressUrlIpv6: "http://[2001:db8::7]/ip",
+        },
+      },
     } as never);
     const [endpoints, proxies] = await Promise.all([
       valueOf(instance.endpoints),
@@ -497,6 +505,29 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       registered.find((r) => r.type === "kubernetes:core/v1:Service")!.inputs,
     ) as { spec: { ipFamilyPolicy?: string } };
     assert.equal(service.spec.ipFamilyPolicy, "PreferDualStack");
+    // The exporter keeps both slices' ready conditions, and may get and patch exactly those two.
+    const deployment = plain(
+      registered.find((r) => r.type === "kubernetes:apps/v1:Deployment")!.inputs,
+    ) as { spec: { template: { spec: { containers: Array<{ command: string[] }> } } } };
+    const command = deployment.spec.template.spec.containers[0]!.command;
+    const egressUrlIpv6 = command.indexOf("--egress-url-ipv6");
+    assert.equal(command[egressUrlIpv6 + 1], "http://[2001:db8::7]/ip");
+    assert.deepEqual(
+      command.flatMap((arg, index) => (arg === "--endpointslice" ? [command[index + 1]] : [])),
+      ["crawlers/egress-vms", "crawlers/egress-vms-ipv6"],
+    );
+    const role = plain(
+      registered.find((r) => r.type === "kubernetes:rbac.authorization.k8s.io/v1:Role")!.inputs,
+    ) as { rules: Array<{ resourceNames: string[]; verbs: string[] }> };
+    assert.deepEqual(
+      role.rules.map((rule) => [rule.resourceNames, rule.verbs]),
+      [
+        [
+          ["egress-vms", "egress-vms-ipv6"],
+          ["get", "patch"],
+        ],
+      ],
+    );
   });
 
   it("dual stack needs an IPv6 client range in squid, and names the fix", () => {
@@ -982,5 +1013,27 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       assert.equal(await isSecret(instance.endpointsWithCredentials), true);
       assert.equal(await valueOf(instance.count), 3);
     });
+  });
+});
+
+describe("the exporter's egressUrlIpv6 (components/kubernetes-exporter.ts)", () => {
+  it("is refused without egressUrl or when its host is no IPv6 literal, naming the field", async () => {
+    const { checkExporterArgsProblems } = await import("../../../components/kubernetes-exporter");
+    const base = { target: "http://example.com/", egressUrl: "http://192.0.2.7/ip" };
+    assert.deepEqual(
+      checkExporterArgsProblems({ ...base, egressUrlIpv6: "http://[2001:db8::7]/ip" }),
+      [],
+    );
+    assert.match(
+      checkExporterArgsProblems({
+        target: base.target,
+        egressUrlIpv6: "http://[2001:db8::7]/ip",
+      }).join(),
+      /kubernetes\.exporter\.egressUrlIpv6 needs kubernetes\.exporter\.egressUrl/,
+    );
+    assert.match(
+      checkExporterArgsProblems({ ...base, egressUrlIpv6: "http://echo.example/ip" }).join(),
+      /kubernetes\.exporter\.egressUrlIpv6 must be an http:\/\/ URL whose host is an IPv6 literal/,
+    );
   });
 });
