@@ -3,13 +3,16 @@
  * a ProxmoxProxy with ipFamilies ["ipv4", "ipv6"] on the simulator, whose
  * guest reports 127.0.0.2 and, on IPv6, this machine's own global address
  * (traffic to it stays on the host, as loopback's does; ::1 is no address a
- * proxy may have). A squid-like proxy listens on both at one port; an echo
+ * proxy may have; test-needs: root, for a machine without such an address,
+ * see localGlobalIpv6). A squid-like proxy listens on both at one port; an echo
  * service on each family tells the exit address. Refresh must look up the
  * IPv6 address again, re-check each family, and the next `up` must follow
  * the rules for IPv4.
  */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { networkInterfaces } from "node:os";
+import { join } from "node:path";
 import { isRoutableIpv6 } from "../../provider/common/ip-families";
 import { publishedReadiness } from "../../components/published-checks";
 import type { PveSimulator } from "../pve-sim/simulator";
@@ -28,24 +31,40 @@ import {
 import { planSummary, refreshThenPlan, type StoredResource } from "./resync";
 
 const AUTH = { user: "crawler", password: "engine dual secret" };
+const FREE_ULA = join(__dirname, "..", "..", "..", "test", "lab", "free-ula.py");
 
-/** A global IPv6 address of this machine: connections to it never leave the host. */
-function localGlobalIpv6(): string {
+/**
+ * A global IPv6 address of this machine: connections to it never leave the
+ * host. A machine without one (IPv4-only networks) gets a unique-local /128
+ * on `lo` for the test's length, picked where nothing of the machine's is
+ * (test/lab/free-ula.py) and removed in `after` (the test command compares
+ * the machine's addresses before and after the run).
+ */
+function localGlobalIpv6(): { address: string; remove?: () => void } {
   const found = Object.values(networkInterfaces())
     .flat()
     .find((entry) => entry?.family === "IPv6" && isRoutableIpv6(entry.address));
-  if (found === undefined)
-    throw new Error(
-      "this test needs one global (or unique-local) IPv6 address on the machine running it, to stand for the guest's",
-    );
-  return found.address;
+  if (found !== undefined) return { address: found.address };
+  const prefix = execFileSync("/usr/bin/python3", [FREE_ULA], { encoding: "utf8" }).trim();
+  const address = `${prefix}::2`;
+  execFileSync("ip", ["-6", "addr", "add", `${address}/128`, "dev", "lo", "nodad"]);
+  let removed = false;
+  const remove = () => {
+    if (removed) return;
+    removed = true;
+    execFileSync("ip", ["-6", "addr", "del", `${address}/128`, "dev", "lo"]);
+  };
+  // Ctrl-C or a crash between here and `after`: the address goes with the process.
+  process.once("exit", remove);
+  return { address, remove };
 }
 
 describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy, simulator)", function () {
   this.timeout(180_000);
   const fixture = useEngineFixture();
-  const v6 = localGlobalIpv6();
-  let guestIpv6: string | null = v6;
+  let v6 = "";
+  let removeTestAddress: (() => void) | undefined;
+  let guestIpv6: string | null = null;
   let sim: PveSimulator;
   let echo4: RunningServer;
   let echo6: RunningServer;
@@ -55,6 +74,8 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
   let captured: CapturedResource;
 
   before(async () => {
+    ({ address: v6, remove: removeTestAddress } = localGlobalIpv6());
+    guestIpv6 = v6;
     sim = await fixture.startSimulator({
       guestAddress: () => "127.0.0.2",
       guestIpv6: () => guestIpv6,
@@ -89,6 +110,7 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
     await proxy4?.close();
     await echo6?.close();
     await echo4?.close();
+    removeTestAddress?.();
   });
 
   async function createProxy(): Promise<StoredResource> {
