@@ -43,6 +43,8 @@ export interface ProxyDetails {
   ipv6Address?: string | null;
   endpointIpv6?: string | null;
   egressIpv6?: string | null;
+  /** Only for a member that spreads a prefix (ipv6Prefix): its /64 (or its own prefix), to route to ipv6Address. */
+  ipv6Prefix?: string;
 }
 
 /** When a VM created at `createdAt` becomes due for rotation by age (the provider's rule: common/egress-recheck.ts). */
