@@ -520,7 +520,10 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     ]);
     await settle();
     const byName = (name: string) =>
-      plain(proxiesOf().find((r) => r.name === `spread-${name}`)!.inputs) as Record<string, any>;
+      plain(proxiesOf().find((r) => r.name === `spread-${name}`)!.inputs) as {
+        userData: string;
+        egressCheck: Record<string, unknown>;
+      };
     const inputs = ["kvm1-0", "kvm1-1", "kvm2-0"].map(byName);
     assert.deepEqual(
       proxies.map((proxy) => [proxy.name, proxy.ipv6Prefix]),
