@@ -129,7 +129,9 @@ export function ipv6PrefixProblems(args: {
     if (prefix === undefined) return;
     const where = backend.ipv6Prefix === undefined ? "ipv6Prefix" : field;
     const families = vmSettingsOf(backend)?.ipFamilies ?? args.ipFamilies;
-    if (!Array.isArray(families) || !families.includes("ipv6"))
+    // An Output (known at apply) is the resource's to check; a plain list or none is checked here.
+    const plainList = families === undefined || Array.isArray(families);
+    if (plainList && !(Array.isArray(families) && families.includes("ipv6")))
       problems.push(
         `${where} needs IPv6 on the backend ${String(backend.name)}'s proxies (the prefix is routed to the VM's IPv6 address): set ipFamilies: ["ipv4", "ipv6"] on the pool or the backend`,
       );
