@@ -12,6 +12,8 @@
  */
 import assert from "node:assert/strict";
 import { inIpv6Prefix } from "../../provider/common/egress-samples";
+// The lab fixture's root hook: what this run brought up, it takes down.
+import "./fixture";
 import {
   createLabProxy,
   inGuest,

@@ -19,7 +19,7 @@ import { closeAllHosts } from "../../provider/kvm/connect";
 import * as kvm from "../../provider/kvm/provider";
 import { openLocalLibvirt } from "../../provider/ssh/local";
 import { getThroughProxy, startEchoServer, type RunningServer } from "../support/forward-proxy";
-import { LAB_SCRIPTS_DIR, useLab, type LabEnv } from "./fixture";
+import { LAB_SCRIPTS_DIR, useLab, type LabEnv } from "./lab";
 import {
   ensureProxyImage,
   labConnection,
