@@ -28,6 +28,7 @@ import {
   type StackSecret,
 } from "./backend-kind";
 import { memberIpFamilies } from "./dual-stack";
+import type { Ipv6PrefixArgs } from "./prefix-wiring";
 
 /** Debian 12's official cloud image: has cloud-init, and squid in its archive. */
 export const DEFAULT_KVM_IMAGE = {
@@ -283,6 +284,8 @@ export interface BackendPlacement {
   weight?: number;
   /** A fixed number of proxies here instead of a weighted share. */
   count?: number;
+  /** A VM backend only: the routed IPv6 prefix its proxies spread (components/prefix-wiring.ts). */
+  ipv6Prefix?: Ipv6PrefixArgs;
 }
 
 /** One backend of a pool: placement plus exactly one kind's settings under its key. */

@@ -30,7 +30,20 @@ import {
 } from "./egress-diversity";
 import { memberUrls, poolIpFamilyProblems, poolTakesIpv6 } from "./dual-stack";
 import { checkExporterArgsProblems } from "./kubernetes-exporter";
-import { placeProxies, placementProblems, type PlacementBackend } from "./placement";
+import {
+  placeProxies,
+  placementProblems,
+  type PlacedProxy,
+  type PlacementBackend,
+} from "./placement";
+import {
+  bridgeOf,
+  ipv6PrefixProblems,
+  ipv6RouteLine,
+  memberPrefixOf,
+  type Ipv6PrefixArgs,
+} from "./prefix-wiring";
+import type { PrefixEgressSettings } from "./prefix-egress";
 import { endpointChecks, proxyDetailsOf, type ProxyDetails } from "./proxy-details";
 import {
   DEFAULT_ALLOWED_CLIENT_CIDRS,
@@ -100,13 +113,22 @@ export interface EgressProxyPoolArgs extends BackendPoolSettings {
    * proxy, with the pool's basic auth. Each proxy then reports `egressIp`, and
    * the pool groups them in `egress`. See docs/egress.md.
    */
-  egressCheck?: { url: string; field?: string; ipv6Url?: string };
+  egressCheck?: { url: string; field?: string; ipv6Url?: string; ipv6Samples?: number };
   /**
    * The address families of every VM proxy whose backend sets none: default
    * ["ipv4"]; ["ipv4", "ipv6"] is dual stack (SLAAC), ["ipv6"] IPv6 only. With
    * IPv6, squid.allowedClientCidrs must list an IPv6 range. docs/egress.md.
    */
   ipFamilies?: ("ipv4" | "ipv6")[];
+  /**
+   * Spread a routed IPv6 prefix over the proxies: each new outgoing connection
+   * leaves from its own address of the member's prefix. A /64 serves one
+   * proxy; a /56 or /48 is split, member `<backend>-<i>` taking the i-th /64.
+   * On the pool it serves the one VM backend that sets none (a backend's own
+   * `ipv6Prefix` wins). Needs "ipv6" in ipFamilies; route each member's
+   * prefix to it (`ipv6Routes`). docs/many-exit-addresses.md.
+   */
+  ipv6Prefix?: Ipv6PrefixArgs;
   /** With egressCheck: several proxies sharing one egress address is an error (before publishing), not a warning. */
   requireDistinctEgress?: boolean;
   /**
@@ -153,6 +175,7 @@ export function poolArgsProblems(args: EgressProxyPoolArgs): string[] {
   });
   problems.push(...egressArgsProblems(args));
   problems.push(...poolIpFamilyProblems(args));
+  problems.push(...ipv6PrefixProblems(args));
   problems.push(...lifecycleArgsProblems(args));
   problems.push(...checkExporterArgsProblems(args.kubernetes?.exporter));
   if (problems.length === 0) problems.push(...rotateProblems(args));
@@ -223,8 +246,13 @@ function egressArgsProblems(args: EgressProxyPoolArgs): string[] {
   return parsed.success ? [] : parsed.error.issues.map((issue) => issue.message);
 }
 
-function squidSettings(squid: SquidArgs | undefined, password: string): SquidSettings {
+function squidSettings(
+  squid: SquidArgs | undefined,
+  password: string,
+  prefixEgress?: PrefixEgressSettings,
+): SquidSettings {
   return {
+    ...(prefixEgress === undefined ? {} : { prefixEgress }),
     port: squid?.port ?? DEFAULT_SQUID_PORT,
     allowedClientCidrs: squid?.allowedClientCidrs ?? DEFAULT_ALLOWED_CLIENT_CIDRS,
     basicAuth:
@@ -242,6 +270,8 @@ export class EgressProxyPool extends pulumi.ComponentResource {
   readonly count: pulumi.Output<number>;
   /** Each egress address with the proxies behind it, most shared first; empty without egressCheck. */
   readonly egress: pulumi.Output<EgressGroup[]>;
+  /** With ipv6Prefix: the host route each member's prefix needs (`ip -6 route add …`), once its IPv6 address is known. */
+  readonly ipv6Routes: pulumi.Output<string[]>;
   /** The squid port every proxy listens on. */
   readonly port: number;
   /** The child resources by key (`<backend>-<index>`). */
@@ -266,18 +296,32 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     const children = new Map<string, pulumi.CustomResource>();
     const members: PoolMember[] = [];
     const details: pulumi.Output<ProxyDetails>[] = [];
+    const routes: pulumi.Output<string | null>[] = [];
     for (const proxy of placed) {
-      const { kind, settings } = kindOf(backendsByName.get(proxy.backend)!);
-      const member = kind.declare(`${name}-${proxy.key}`, settings, proxy, decisions);
+      const backend = backendsByName.get(proxy.backend)!;
+      const prefix = memberPrefixOf(backend, args.ipv6Prefix, proxy.index);
+      // A weighted share can outgrow the prefix where no count said so up front.
+      if (typeof prefix === "string")
+        throw new PoolArgsError(`EgressProxyPool ${name}: backends ${proxy.backend}: ${prefix}`);
+      const member = this.declareMember(name, args, proxy, decisions, prefix);
       children.set(proxy.key, member.resource);
       members.push(member);
+      const { kind } = kindOf(backend);
+      const detail = proxyDetailsOf(member, proxy, kind.kind, {
+        checked: args.egressCheck !== undefined || (args.readiness?.mode ?? "port") === "port",
+        rotateAfterDays: args.rotateAfterDays,
+      });
       details.push(
-        proxyDetailsOf(member, proxy, kind.kind, {
-          checked: args.egressCheck !== undefined || (args.readiness?.mode ?? "port") === "port",
-          rotateAfterDays: args.rotateAfterDays,
-        }),
+        prefix === undefined ? detail : detail.apply((d) => ({ ...d, ipv6Prefix: prefix.prefix })),
       );
+      if (prefix !== undefined)
+        routes.push(
+          member.ipv6.address.apply((via) =>
+            via ? ipv6RouteLine(prefix.prefix, via, bridgeOf(backend)) : null,
+          ),
+        );
     }
+    this.ipv6Routes = pulumi.all(routes).apply((lines) => lines.flatMap((line) => line ?? []));
 
     this.port = port;
     this.children = children;
@@ -332,7 +376,33 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       proxies: this.proxies,
       count: this.count,
       egress: this.egress,
+      ipv6Routes: this.ipv6Routes,
     });
+  }
+
+  /**
+   * Declares one member. A member that spreads a prefix gets its own squid
+   * document (the same pool document plus its prefix: still deterministic)
+   * and an egress check that samples the prefix; the others share the pool's.
+   */
+  private declareMember(
+    name: string,
+    args: EgressProxyPoolArgs,
+    proxy: PlacedProxy,
+    decisions: PoolDecisions<EgressProxyPoolArgs>,
+    prefix: PrefixEgressSettings | undefined,
+  ): PoolMember {
+    const backend = args.backends.find((candidate) => candidate.name === proxy.backend)!;
+    const { kind, settings } = kindOf(backend);
+    const own =
+      prefix === undefined
+        ? decisions
+        : {
+            ...decisions,
+            userData: this.userData(args, decisions.basicAuth?.password, prefix),
+            egressCheck: this.egressCheck(args, prefix),
+          };
+    return kind.declare(`${name}-${proxy.key}`, settings, proxy, own);
   }
 
   /** What the pool decides for every proxy (components/backend-kind.ts, PoolDecisions). */
@@ -381,11 +451,12 @@ export class EgressProxyPool extends pulumi.ComponentResource {
   private userData(
     args: EgressProxyPoolArgs,
     password: pulumi.Output<string> | undefined,
+    prefixEgress?: PrefixEgressSettings,
   ): pulumi.Output<string> {
     return pulumi
       .secret(pulumi.all([password, args.extraCloudInit]))
       .apply(([knownPassword, extra]) => {
-        const settings = squidSettings(args.squid, knownPassword ?? "");
+        const settings = squidSettings(args.squid, knownPassword ?? "", prefixEgress);
         const problems = squidSettingsProblems(settings);
         if (problems.length > 0) throw new PoolArgsError(problems.join("; "));
         return poolUserData(squidCloudConfig(settings), extra);
@@ -393,13 +464,22 @@ export class EgressProxyPool extends pulumi.ComponentResource {
   }
 
   /** The pool's egress check, with squid's basic auth so the request is let through. */
-  private egressCheck(args: EgressProxyPoolArgs): EgressCheckArgs | undefined {
+  private egressCheck(
+    args: EgressProxyPoolArgs,
+    prefix?: PrefixEgressSettings,
+  ): EgressCheckArgs | undefined {
     if (args.egressCheck === undefined) return undefined;
+    const sampled = args.egressCheck.ipv6Url !== undefined && prefix !== undefined;
     const basicAuth = args.squid?.basicAuth;
     return {
       url: args.egressCheck.url,
       field: args.egressCheck.field,
       ...(args.egressCheck.ipv6Url === undefined ? {} : { ipv6Url: args.egressCheck.ipv6Url }),
+      // Only a member with a prefix samples (ipv6Samples alone changes no other member's inputs).
+      ...(sampled ? { ipv6Prefix: prefix } : {}),
+      ...(sampled && args.egressCheck.ipv6Samples !== undefined
+        ? { ipv6Samples: args.egressCheck.ipv6Samples }
+        : {}),
       proxyAuth:
         basicAuth === undefined
           ? undefined

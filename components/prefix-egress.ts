@@ -292,3 +292,38 @@ export function prefixEgressParts(settings: PrefixEgressSettings): PrefixEgressP
     squidConfigLines: prefixSquidConfigLines(),
   };
 }
+
+/** Each member of a split prefix gets a /64: the usual routed unit, and what SLAAC-sized sites rate-limit by. */
+export const MEMBER_PREFIX_LENGTH = 64;
+
+/**
+ * The prefix of the member at `index` (0-based, counted per backend): a /64
+ * or longer prefix is that one proxy's (index 0 only); a shorter one is split
+ * into /64s and member i takes the i-th, so a member keeps its /64 when others
+ * are added or removed after it. A string says why the member gets none.
+ */
+export function memberPrefix(prefix: string, index: number): string {
+  const parsed = parsePrefix(prefix);
+  if (typeof parsed === "string") throw new Error(`ipv6Prefix.prefix ${parsed}`);
+  if (parsed.length >= MEMBER_PREFIX_LENGTH) {
+    if (index !== 0)
+      throw new Error(
+        `ipv6Prefix.prefix ${prefix} serves one proxy, but member ${index} needs one too: give a /56 or shorter (one /64 per proxy) or one proxy per prefix`,
+      );
+    return `${formatIpv6(parsed.network)}/${parsed.length}`;
+  }
+  const slots = 1n << BigInt(MEMBER_PREFIX_LENGTH - parsed.length);
+  if (BigInt(index) >= slots)
+    throw new Error(
+      `ipv6Prefix.prefix ${prefix} holds ${slots} /64s, too few for member ${index}: give a shorter prefix`,
+    );
+  const network = parsed.network + (BigInt(index) << BigInt(128 - MEMBER_PREFIX_LENGTH));
+  return `${formatIpv6(network)}/${MEMBER_PREFIX_LENGTH}`;
+}
+
+/** How many proxies a prefix serves: one per /64, or one for a /64 or longer. */
+export function prefixMemberCapacity(prefix: string): number | undefined {
+  const parsed = parsePrefix(prefix);
+  if (typeof parsed === "string") return undefined;
+  return parsed.length >= MEMBER_PREFIX_LENGTH ? 1 : 2 ** (MEMBER_PREFIX_LENGTH - parsed.length);
+}

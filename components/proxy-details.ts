@@ -47,6 +47,8 @@ export interface ProxyDetails {
   egressIpv6?: string | null;
   /** `ready` for the IPv6 URL: a member whose last re-check found only IPv6 silent is ready on IPv4 only. */
   readyIpv6?: boolean | null;
+  /** Only for a member that spreads a prefix (ipv6Prefix): its /64 (or its own prefix), to route to ipv6Address. */
+  ipv6Prefix?: string;
 }
 
 /** When a VM created at `createdAt` becomes due for rotation by age (the provider's rule: common/egress-recheck.ts). */

@@ -9,6 +9,7 @@ import type * as pulumi from "@pulumi/pulumi";
 import { z } from "zod";
 import { egressCheckSchema } from "../provider/common/egress";
 import { ipFamiliesShape } from "../provider/common/ip-families";
+import { ipv6PrefixConfigSchema, ipv6PrefixProblems } from "./prefix-wiring";
 import type { PoolBackendKind, PoolSetting } from "./backend-kind";
 import {
   BACKEND_KEYS,
@@ -52,6 +53,7 @@ const backendBase = {
     }),
   weight: z.number({ error: "weight must be a number above 0, e.g. 2" }).positive().optional(),
   count: count("count").optional(),
+  ipv6Prefix: ipv6PrefixConfigSchema,
 };
 
 /** What to do about an input the pool decides for every proxy, set on a backend. */
@@ -160,9 +162,11 @@ export const poolConfigSchema = z.strictObject({
         .string({ error: 'egressCheck.field must be a JSON field name, e.g. "ip"' })
         .optional(),
       ipv6Url: egressCheckSchema.shape.ipv6Url,
+      ipv6Samples: egressCheckSchema.shape.ipv6Samples,
     })
     .optional(),
   ipFamilies: ipFamiliesShape.ipFamilies,
+  ipv6Prefix: ipv6PrefixConfigSchema,
   requireDistinctEgress: z
     .boolean({ error: "requireDistinctEgress must be true or false" })
     .optional(),
@@ -320,6 +324,7 @@ function poolProblems(pool: unknown): string[] {
       `${POOL_KEY}.squid`,
     ),
   );
+  problems.push(...ipv6PrefixProblems(pool).map((text) => `${POOL_KEY}.${text}`));
   return problems;
 }
 
@@ -412,6 +417,7 @@ function poolArgs(
     readiness: config.readiness === undefined ? undefined : { mode: config.readiness },
     egressCheck: config.egressCheck,
     ...(config.ipFamilies === undefined ? {} : { ipFamilies: config.ipFamilies }),
+    ...(config.ipv6Prefix === undefined ? {} : { ipv6Prefix: config.ipv6Prefix }),
     requireDistinctEgress: config.requireDistinctEgress,
     rotate: config.rotate,
     recheckEgress: config.recheckEgress,

@@ -33,6 +33,7 @@ import { sleepWithin } from "./deadline";
 import type { DiffDecision } from "./diff";
 import { egressAddressIn, egressCheckSchema } from "./egress";
 import { PermanentError } from "./errors";
+import { inIpv6Prefix } from "./egress-samples";
 import type { IpFamily } from "./ip-families";
 import { fetchThroughProxy, type ProxyCredentials } from "./proxy-probe";
 import { tryTcpConnect } from "./readiness";
@@ -83,6 +84,8 @@ export interface RecheckCheck {
   url: string;
   /** Through the IPv6 address of a proxy that takes IPv6 (create's rule: common/egress.ts). */
   ipv6Url?: string;
+  /** A proxy that spreads a prefix over its connections: any exit address inside it is the same finding. */
+  ipv6Prefix?: { prefix: string };
   field?: string;
   proxyAuth?: ProxyCredentials;
 }
@@ -192,7 +195,20 @@ export async function recheckEgress(
     { family: familyOf(proxy.host), probe: primary },
     ...(second === undefined ? [] : [{ family: "ipv6" as const, probe: second }]),
   ];
-  return findingOf(sides, previous, ipv6 !== undefined);
+  return findingOf(sides, previous, ipv6 !== undefined, check?.ipv6Prefix?.prefix);
+}
+
+/**
+ * A proxy with ipv6Prefix leaves from a new address of its prefix on each
+ * connection (components/prefix-egress.ts): a new exit address inside the
+ * prefix is the finding state holds, so a confirming refresh changes no
+ * output; one outside it (the dialer fell back to the VM's own address) is a
+ * change, as any other.
+ */
+function sameSpread(now: string | null, was: string | null, prefix: string | undefined) {
+  const inside = (address: string | null) =>
+    prefix !== undefined && address !== null && inIpv6Prefix(address, prefix);
+  return inside(now) && inside(was) ? was : now;
 }
 
 /**
@@ -206,6 +222,7 @@ function findingOf(
   sides: ReadonlyArray<{ family: IpFamily; probe: FamilyProbe }>,
   previous: Props,
   dual: boolean,
+  spreadPrefix?: string,
 ): RecheckFinding {
   const known = (key: string) => (typeof previous[key] === "string" ? previous[key] : null);
   const knownAt = known("checkedAt");
@@ -213,7 +230,9 @@ function findingOf(
   const answered = (probe: FamilyProbe | undefined, was: string | null) =>
     probe?.ok === true && probe.egressIp !== undefined ? probe.egressIp : was;
   const egressIp = answered(sides[0]!.probe, known("egressIp"));
-  const egressIpv6 = dual ? answered(sides[1]?.probe, known("egressIpv6")) : undefined;
+  const egressIpv6 = dual
+    ? sameSpread(answered(sides[1]?.probe, known("egressIpv6")), known("egressIpv6"), spreadPrefix)
+    : undefined;
   const changed = egressIp !== known("egressIp") || (dual && egressIpv6 !== known("egressIpv6"));
   const v6 = dual ? { egressIpv6 } : {};
   const failures = sides.flatMap(({ family, probe }) =>

@@ -10,6 +10,7 @@ import { z } from "zod";
 import { Deadline, sleepWithin } from "./deadline";
 import { PermanentError } from "./errors";
 import { PROXIED_HTTP_URL } from "./inputs";
+import { sampleIpv6Exits } from "./egress-samples";
 import { fetchThroughProxy, type ProxyCredentials, type ProxyProbeResult } from "./proxy-probe";
 
 /**
@@ -63,6 +64,29 @@ export const egressCheckSchema = z.strictObject({
       error:
         'egressCheck.ipv6Url must be an http:// URL whose host is an IPv6 literal in brackets (a name could resolve to IPv4), e.g. "http://[2001:db8::7]/ip"',
     })
+    .optional(),
+  /**
+   * With a prefix spread over the proxy (the pool fills this in): how many
+   * requests go through `ipv6Url` (default 20, all within the create budget)
+   * and what the prefix and its mode are, to judge their exit addresses.
+   */
+  ipv6Samples: z
+    .int({ error: "egressCheck.ipv6Samples must be a whole number from 2 to 1000, e.g. 20" })
+    .min(2, { error: "egressCheck.ipv6Samples must be a whole number from 2 to 1000, e.g. 20" })
+    .max(1000, { error: "egressCheck.ipv6Samples must be a whole number from 2 to 1000, e.g. 20" })
+    .optional(),
+  ipv6Prefix: z
+    .strictObject(
+      {
+        prefix: z.string(),
+        mode: z.enum(["random", "sticky", "pool"]),
+        count: z.int().min(1).optional(),
+      },
+      {
+        error:
+          'egressCheck.ipv6Prefix must be { prefix: "2001:db8:1:2::/64", mode: "random" | "sticky" | "pool", count? }',
+      },
+    )
     .optional(),
   /** The proxy's own basic auth, when squid requires it (the pool fills this in). Secret. */
   proxyAuth: z
@@ -156,6 +180,8 @@ export interface EgressFinding {
   checkedAt: string | null;
   /** Only for a proxy with IPv6: what `ipv6Url` saw through its IPv6 address; null without one. */
   egressIpv6?: string | null;
+  /** Only with `egressCheck.ipv6Prefix`: how many distinct exit addresses the IPv6 samples saw. */
+  egressIpv6Distinct?: number | null;
 }
 
 /**
@@ -232,7 +258,19 @@ export async function egressAtReadiness(
     throw new PermanentError(
       `egressCheck ${check.ipv6Url} through the proxy at [${ipv6}]:${inputs.readiness.port}: the answer ${egressIpv6} is not an IPv6 address; egressCheck.ipv6Url must reach the echo service over IPv6 only`,
     );
-  return { egressIp, checkedAt: new Date().toISOString(), egressIpv6 };
+  // A prefix spread over the proxy: sample it, and fail when the dialer is not spreading.
+  const distinct =
+    check.ipv6Prefix === undefined
+      ? {}
+      : {
+          egressIpv6Distinct: await sampleIpv6Exits(
+            egressIpv6,
+            (proxy) => egressUntilAnswered(proxy, { ...check, url: check.ipv6Url! }, deadline),
+            { host: ipv6, port: inputs.readiness.port },
+            check,
+          ),
+        };
+  return { egressIp, checkedAt: new Date().toISOString(), egressIpv6, ...distinct };
 }
 
 /** The egress address through one of the proxy's addresses, retried until it answers or the deadline. */

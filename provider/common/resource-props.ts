@@ -13,6 +13,14 @@ export type EgressCheckArgs = pulumi.Input<{
   field?: pulumi.Input<string>;
   /** With IPv6 in ipFamilies: an http:// URL whose host is an IPv6 literal, fetched through the proxy's IPv6 address. */
   ipv6Url?: pulumi.Input<string>;
+  /** With ipv6Prefix: how many requests sample the prefix's exit addresses (default 20, 2 to 1000). */
+  ipv6Samples?: pulumi.Input<number>;
+  /** A prefix spread over the proxy (the pool fills it in): the samples must leave from it, and spread in random/pool mode. */
+  ipv6Prefix?: pulumi.Input<{
+    prefix: pulumi.Input<string>;
+    mode: pulumi.Input<"random" | "sticky" | "pool">;
+    count?: pulumi.Input<number>;
+  }>;
   proxyAuth?: pulumi.Input<{ user: pulumi.Input<string>; password: pulumi.Input<string> }>;
 }>;
 

@@ -160,6 +160,8 @@ export class KvmProxy extends pulumi.dynamic.Resource {
   declare readonly ipv6Address: pulumi.Output<string | null | undefined>;
   /** With "ipv6" in ipFamilies and egressCheck.ipv6Url: the IPv6 address targets see through this proxy. */
   declare readonly egressIpv6: pulumi.Output<string | null | undefined>;
+  /** With egressCheck.ipv6Prefix (a prefix spread over the proxy): the distinct exit addresses its IPv6 samples saw. */
+  declare readonly egressIpv6Distinct: pulumi.Output<number | null | undefined>;
   /** When readiness (and the egress check) passed at create, ISO 8601; null if nothing was checked. */
   declare readonly checkedAt: pulumi.Output<string | null>;
   /**

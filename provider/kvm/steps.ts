@@ -36,6 +36,8 @@ export interface KvmProxyOutputs extends KvmProxyInputs {
   /** With "ipv6" in ipFamilies: the VM's IPv6 address, and what the egress check saw over IPv6. */
   ipv6Address?: string | null;
   egressIpv6?: string | null;
+  /** With egressCheck.ipv6Prefix: how many distinct exit addresses the IPv6 samples saw at create. */
+  egressIpv6Distinct?: number | null;
   /** What the last egress re-check found wrong (common/egress-recheck.ts); null or absent when none. */
   egressProblem?: EgressProblem | null;
 }
@@ -106,6 +108,7 @@ export const CARRIED_KEYS = [
   "egressProblem",
   "ipv6Address",
   "egressIpv6",
+  "egressIpv6Distinct",
 ] as const satisfies readonly (keyof KvmProxyOutputs)[];
 export const OUTPUT_KEYS: readonly string[] = CARRIED_KEYS;
 /** The output keys the resource class declares. */

@@ -148,6 +148,8 @@ export interface ProxmoxProxyOutputs extends ProxmoxProxyInputs {
   /** With "ipv6" in ipFamilies: the VM's IPv6 address, and what the egress check saw over IPv6. */
   ipv6Address?: string | null;
   egressIpv6?: string | null;
+  /** With egressCheck.ipv6Prefix: how many distinct exit addresses the IPv6 samples saw at create. */
+  egressIpv6Distinct?: number | null;
   /** What the last egress re-check found wrong (common/egress-recheck.ts); null or absent when none. */
   egressProblem?: EgressProblem | null;
 }

@@ -45,6 +45,7 @@ export const CARRIED_KEYS = [
   "egressProblem",
   "ipv6Address",
   "egressIpv6",
+  "egressIpv6Distinct",
 ] as const satisfies readonly (keyof ProxmoxProxyOutputs)[];
 
 /** The shared step runner (common/lifecycle.ts), its retries shown in the progress output. */

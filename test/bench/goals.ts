@@ -93,6 +93,12 @@ export const GOALS: readonly Goal[] = [
     comparison: { kind: "at most times", factor: 3, of: "refresh_1_proxy_seconds" },
     issue: "(issue 19) refresh 200 ≤ 3× one",
   },
+  // Issue 21, Done when: one proxy with a routed /64 (prefix_added_latency_ms is reported, no goal).
+  {
+    key: "prefix_exit_addresses_per_1000",
+    comparison: { kind: "at least", limit: 900 },
+    issue: "(issue 21) ≥ 900 exit addresses per 1000 requests",
+  },
 ];
 
 export type Verdict = "met" | "missed" | "not run";

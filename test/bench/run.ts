@@ -27,6 +27,7 @@ import { runKvmBenchmarks } from "./kvm";
 import { runLibvirtBenchmarks } from "./libvirt";
 import { printBenchFact, recordedFacts, recordedFigures } from "./measure";
 import { currentNodeMajor, parseBenchArgs, runUnderNode } from "./other-node";
+import { runPrefixBenchmarks } from "./prefix";
 import { runProxmoxBenchmarks } from "./pve";
 import { runReaperBenchmarks } from "./reaper";
 import { runSeedBenchmarks } from "./seed";
@@ -38,6 +39,7 @@ const suites: Record<string, () => Promise<void>> = {
   kvm: runKvmBenchmarks,
   reaper: runReaperBenchmarks,
   check: runCheckBenchmarks,
+  prefix: runPrefixBenchmarks,
 };
 
 /** dist/test/bench/run.js → the repository root. */

@@ -20,6 +20,7 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
+  memberPrefix,
   PREFIX_DIALER_SCRIPT,
   prefixDialerUnit,
   prefixEgressProblems,
@@ -52,6 +53,32 @@ describe("prefix egress (a routed IPv6 prefix spread over one proxy)", function 
   let scratch: string;
   beforeEach(() => (scratch = mkdtempSync(join(tmpdir(), "prefix-egress-"))));
   afterEach(() => rmSync(scratch, { recursive: true, force: true }));
+
+  describe("a member's prefix (the pool's split, by member index)", () => {
+    it("splits a /48 or /56 into /64s, member i taking the i-th, up to the last one", () => {
+      assert.equal(memberPrefix("2001:db8:1::/48", 0), "2001:db8:1::/64");
+      assert.equal(memberPrefix("2001:db8:1::/48", 1), "2001:db8:1:1::/64");
+      assert.equal(memberPrefix("2001:db8:1::/48", 65535), "2001:db8:1:ffff::/64");
+      assert.equal(memberPrefix("2001:db8:1:100::/56", 255), "2001:db8:1:1ff::/64");
+      assert.throws(
+        () => memberPrefix("2001:db8:1:100::/56", 256),
+        /holds 256 \/64s, too few for member 256/,
+      );
+    });
+
+    it("gives a /64 or longer prefix to member 0 only, in canonical form", () => {
+      assert.equal(memberPrefix("2001:DB8:1:2:0::/64", 0), "2001:db8:1:2::/64");
+      assert.equal(memberPrefix("2001:db8:1:2::/80", 0), "2001:db8:1:2::/80");
+      assert.throws(
+        () => memberPrefix("2001:db8:1:2::/64", 1),
+        /serves one proxy, but member 1 needs one too/,
+      );
+      assert.throws(
+        () => memberPrefix("10.0.0.0/8", 0),
+        /ipv6Prefix\.prefix "10\.0\.0\.0\/8" must be an IPv6 prefix/,
+      );
+    });
+  });
 
   describe("validation", () => {
     const problemsOf = (settings: Partial<PrefixEgressSettings>, squidPort?: number) =>

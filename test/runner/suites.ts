@@ -46,6 +46,7 @@ const LAB_SECONDS: Record<string, number> = {
   "lab/kvm-proxy.test.js": 95, // (1 + 10 that are not waited for)
   "engine/kvm-egress-rotate.test.js": 240, // (2, then 1) a changed exit address, one member rotated
   "lab/dual-stack.test.js": 180, // (1) SLAAC + DHCPv4, squid and the egress check over both families (3 Dec)
+  "lab/prefix-egress.test.js": 240, // (1) a routed ULA /64 spread by the prefix dialer, 1000 requests (3 Dec)
   "engine/kvm-heal.test.js": 65, // (2, and 4 replacements not waited for) heal on refresh + up
   "engine/kvm-reboot.test.js": 50, // (2, not waited for) a private libvirtd, up and restarted
   "engine/kvm.test.js": 25,

@@ -31,9 +31,22 @@ describe("bench goals: each figure against issue 18's Done when", () => {
         "check_200_proxies_seconds",
         "preflight_extra_round_trips",
         "refresh_200_proxies_seconds",
+        "prefix_exit_addresses_per_1000",
       ],
     );
     for (const candidate of GOALS) assert.ok(candidate.issue.length > 0, candidate.key);
+  });
+
+  it("a prefix proxy meets its goal at 900 exit addresses per 1000 requests, not at 899", () => {
+    const prefix = goal("prefix_exit_addresses_per_1000");
+    assert.equal(
+      evaluateGoal(prefix, figures({ prefix_exit_addresses_per_1000: 900 })).verdict,
+      "met",
+    );
+    assert.equal(
+      evaluateGoal(prefix, figures({ prefix_exit_addresses_per_1000: 899 })).verdict,
+      "missed",
+    );
   });
 
   it("an upper bound is met at the bound and missed above it", () => {
@@ -146,7 +159,7 @@ describe("bench goals: each figure against issue 18's Done when", () => {
       lines.find((line) => line.includes("reaper_sweep"))!,
       /^not run .* - +≤ 0\.5 /,
     );
-    assert.equal(lines.at(-1), "# goals: 1 met, 1 missed, 12 not run");
+    assert.equal(lines.at(-1), "# goals: 1 met, 1 missed, 13 not run");
   });
 });
 

@@ -70,6 +70,22 @@ describe("egress re-check of a dual-stack proxy (both families, concurrently)", 
     assert.equal(finding.egressProblem, null);
   });
 
+  it("a proxy spreading a prefix: a new exit address inside it is the same finding, one outside is a change", async () => {
+    // The echo service sees ::1, which lies in ::/64: state's ::5 (also inside) stands, checkedAt kept.
+    const spread = { ...check(), ipv6Prefix: { prefix: "::/64" } };
+    const inside = { ...known, egressIpv6: "::5" };
+    const same = await recheckEgress(target(), spread, inside, within(), { address: "::1" });
+    assert.deepEqual(same, { ...inside, egressProblem: null });
+    // The dialer fell back to an address outside the prefix: that shows, with a new checkedAt.
+    const elsewhere = { ...check(), ipv6Prefix: { prefix: "2001:db8:7::/64" } };
+    const previous = { ...known, egressIpv6: "2001:db8:7::9" };
+    const changed = await recheckEgress(target(), elsewhere, previous, within(), {
+      address: "::1",
+    });
+    assert.equal(changed.egressIpv6, "::1");
+    assert.notEqual(changed.checkedAt, known.checkedAt);
+  });
+
   it("a silent IPv6 side is a problem of that family only; IPv4 stays published", async () => {
     const closed = await startForwardProxy({ host: "::1" });
     const silentPort = closed.port;

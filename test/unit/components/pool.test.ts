@@ -530,6 +530,126 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     );
   });
 
+  it("ipv6Prefix: a /56 on a backend gives member i the i-th /64, in its own squid document, sampled, with its route", async () => {
+    const instance = new pool.EgressProxyPool("spread", {
+      backends: [
+        KVM("kvm1", { ipv6Prefix: { prefix: "2001:db8:7:100::/56", mode: "random" } }),
+        KVM("kvm2"),
+      ],
+      count: 3,
+      ipFamilies: ["ipv4", "ipv6"],
+      squid: { allowedClientCidrs: ["10.0.0.0/8", "fd00::/8"] },
+      egressCheck: {
+        url: "http://192.0.2.7/ip",
+        ipv6Url: "http://[2001:db8::7]/ip",
+        ipv6Samples: 30,
+      },
+    } as never);
+    const [proxies, routes] = await Promise.all([
+      valueOf(instance.proxies),
+      valueOf(instance.ipv6Routes),
+    ]);
+    await settle();
+    const byName = (name: string) =>
+      plain(proxiesOf().find((r) => r.name === `spread-${name}`)!.inputs) as {
+        userData: string;
+        egressCheck: Record<string, unknown>;
+      };
+    const inputs = ["kvm1-0", "kvm1-1", "kvm2-0"].map(byName);
+    assert.deepEqual(
+      proxies.map((proxy) => [proxy.name, proxy.ipv6Prefix]),
+      [
+        ["kvm1-0", "2001:db8:7:100::/64"],
+        ["kvm1-1", "2001:db8:7:101::/64"],
+        ["kvm2-0", undefined],
+      ],
+    );
+    assert.match(inputs[0]!.userData, /--prefix 2001:db8:7:100::\/64 --mode random/);
+    assert.match(inputs[1]!.userData, /--prefix 2001:db8:7:101::\/64 --mode random/);
+    assert.doesNotMatch(inputs[2]!.userData, /prefix-dialer/);
+    assert.deepEqual(inputs[0]!.egressCheck.ipv6Prefix, {
+      prefix: "2001:db8:7:100::/64",
+      mode: "random",
+    });
+    assert.equal(inputs[0]!.egressCheck.ipv6Samples, 30);
+    assert.ok(
+      !("ipv6Prefix" in inputs[2]!.egressCheck) && !("ipv6Samples" in inputs[2]!.egressCheck),
+    );
+    assert.deepEqual(routes, [
+      `ip -6 route add 2001:db8:7:100::/64 via ${proxies[0]!.ipv6Address} dev br0`,
+      `ip -6 route add 2001:db8:7:101::/64 via ${proxies[1]!.ipv6Address} dev br0`,
+    ]);
+    // Deterministic: the same arguments give the same documents.
+    registered = [];
+    new pool.EgressProxyPool("spread", {
+      backends: [
+        KVM("kvm1", { ipv6Prefix: { prefix: "2001:db8:7:100::/56", mode: "random" } }),
+        KVM("kvm2"),
+      ],
+      count: 3,
+      ipFamilies: ["ipv4", "ipv6"],
+      squid: { allowedClientCidrs: ["10.0.0.0/8", "fd00::/8"] },
+    } as never);
+    await settle();
+    await settle();
+    assert.equal(byName("kvm1-1").userData, inputs[1]!.userData);
+  });
+
+  it("ipv6Prefix problems name the field and the fix", () => {
+    const make = (args: Record<string, unknown>) => () =>
+      new pool.EgressProxyPool("spread-bad", {
+        squid: { allowedClientCidrs: ["10.0.0.0/8", "fd00::/8"] },
+        ...args,
+      } as never);
+    assert.throws(
+      make({ backends: [KVM("kvm1")], ipv6Prefix: { prefix: "2001:db8:7::/56", mode: "random" } }),
+      /ipv6Prefix needs IPv6 on the backend kvm1's proxies .*set ipFamilies: \["ipv4", "ipv6"\]/,
+    );
+    assert.throws(
+      make({
+        backends: [KVM("kvm1"), KVM("kvm2")],
+        ipFamilies: ["ipv4", "ipv6"],
+        ipv6Prefix: { prefix: "2001:db8:7::/56", mode: "random" },
+      }),
+      /ipv6Prefix on the pool would be shared by the VM backends kvm1, kvm2.*set ipv6Prefix on each backend/,
+    );
+    assert.throws(
+      make({
+        backends: [
+          KVM("kvm1", { count: 2, ipv6Prefix: { prefix: "2001:db8:7:1::/64", mode: "random" } }),
+        ],
+        ipFamilies: ["ipv4", "ipv6"],
+      }),
+      /backends\[0\]\.ipv6Prefix\.prefix 2001:db8:7:1::\/64 serves 1 proxy .* count 2: give a \/56/,
+    );
+    assert.throws(
+      make({
+        backends: [KVM("kvm1", { ipv6Prefix: { prefix: "2001:db8:7:1::1/64", mode: "fast" } })],
+        ipFamilies: ["ipv4", "ipv6"],
+      }),
+      /backends\[0\]\.ipv6Prefix\.prefix .*has host bits set.*backends\[0\]\.ipv6Prefix\.mode must be one of/,
+    );
+    assert.throws(
+      make({
+        backends: [
+          STATIC("s", ["http://192.0.2.1:3128"], {
+            ipv6Prefix: { prefix: "2001:db8:7::/56", mode: "random" },
+          }),
+        ],
+      }),
+      /backends\[0\]\.ipv6Prefix: only a VM backend/,
+    );
+    // A weighted share that outgrows a /64 fails at declaration, naming the backend.
+    assert.throws(
+      make({
+        backends: [KVM("kvm1", { ipv6Prefix: { prefix: "2001:db8:7:1::/64", mode: "random" } })],
+        count: 2,
+        ipFamilies: ["ipv4", "ipv6"],
+      }),
+      /backends kvm1: ipv6Prefix\.prefix 2001:db8:7:1::\/64 serves one proxy, but member 1 needs one too/,
+    );
+  });
+
   it("dual stack needs an IPv6 client range in squid, and names the fix", () => {
     assert.throws(
       () =>

@@ -85,6 +85,67 @@ describe("root program: stack config", () => {
     );
   });
 
+  it("takes ipv6Prefix on the pool and on a backend, egressCheck.ipv6Samples, and names a bad one under its key", () => {
+    const config = (extra: Record<string, unknown>, backend: Record<string, unknown> = {}) => ({
+      pool: {
+        count: 1,
+        ipFamilies: ["ipv4", "ipv6"],
+        egressCheck: {
+          url: "http://192.0.2.7/",
+          ipv6Url: "http://[2001:db8::7]/",
+          ipv6Samples: 50,
+        },
+        squid: { allowedClientCidrs: ["10.0.0.0/8", "fd00::/8"] },
+        backends: [{ name: "kvm1", kvm: {}, ...backend }],
+        ...extra,
+      },
+    });
+    const pooled = poolArgsFromStackConfig(
+      config({ ipv6Prefix: { prefix: "2001:db8:7::/56", mode: "random" } }),
+    );
+    assert.ok(pooled.ok, JSON.stringify(pooled));
+    assert.deepEqual(pooled.args.ipv6Prefix, { prefix: "2001:db8:7::/56", mode: "random" });
+    assert.equal(pooled.args.egressCheck?.ipv6Samples, 50);
+    const own = poolArgsFromStackConfig(
+      config({}, { ipv6Prefix: { prefix: "2001:db8:7:1::/64", mode: "pool", count: 8 } }),
+    );
+    assert.ok(own.ok, JSON.stringify(own));
+    assert.deepEqual(own.args.backends[0]!.ipv6Prefix, {
+      prefix: "2001:db8:7:1::/64",
+      mode: "pool",
+      count: 8,
+    });
+    const problems = problemsOf(
+      config({}, { ipv6Prefix: { prefix: "10.0.0.0/8", mode: "random" } }) as RawStackConfig,
+    );
+    assert.ok(
+      problems.some((problem) =>
+        /pool\.backends\[0\]\.ipv6Prefix\.prefix "10\.0\.0\.0\/8" must be an IPv6 prefix/.test(
+          problem,
+        ),
+      ),
+      problems.join("\n"),
+    );
+    const shape = problemsOf(config({ ipv6Prefix: { prefix: "2001:db8:7::/56", mode: "fast" } }));
+    assert.ok(
+      shape.some((problem) =>
+        /ipv6Prefix\.mode must be "random", "sticky" or "pool"/.test(problem),
+      ),
+      shape.join("\n"),
+    );
+    const v4 = problemsOf({
+      pool: {
+        count: 1,
+        ipv6Prefix: { prefix: "2001:db8:7::/56", mode: "random" },
+        backends: [{ name: "kvm1", kvm: {} }],
+      },
+    });
+    assert.ok(
+      v4.some((problem) => /pool\.ipv6Prefix needs IPv6 .*set ipFamilies/.test(problem)),
+      v4.join("\n"),
+    );
+  });
+
   it("builds pool arguments from a full config, the secret key going to every KVM connection", () => {
     const result = poolArgsFromStackConfig({
       pool: {
