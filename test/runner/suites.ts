@@ -78,6 +78,7 @@ const LAB_GUESTS: Record<string, number> = {
   "lab/kvm-proxy.test.js": 1,
   "engine/kvm-egress-rotate.test.js": 2,
   "lab/dual-stack.test.js": 1,
+  "lab/prefix-egress.test.js": 1,
   "engine/kvm-heal.test.js": 2,
   "engine/kvm-reboot.test.js": 2,
 };
