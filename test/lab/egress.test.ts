@@ -433,7 +433,7 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
       assert.equal(parsed.status, 0, parsed.stdout + parsed.stderr);
       assert.match(
         readFileSync(prom, "utf8"),
-        /^egress_proxy_up\{proxy="lab-0",endpoint="[\d.]+:3128"\} 0$/m,
+        /^egress_proxy_up\{proxy="lab-0",endpoint="[\d.]+:3128",family="ipv4"\} 0$/m,
       );
     } finally {
       virsh("resume", vmNameOf(0));
