@@ -22,6 +22,7 @@
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { join } from "node:path";
+import { ipv6Groups } from "../provider/common/ipv6";
 
 /** Loopback only: squid is the one client; nobody outside the VM reaches the dialer. */
 export const PREFIX_DIALER_PORT = 3129;
@@ -130,46 +131,17 @@ function reservedRange(network: bigint): string | undefined {
   return undefined;
 }
 
-/** Node has checked the syntax (isIP); this only expands `::` and a dotted IPv4 tail. */
+/** Node has checked the syntax (isIP). */
 function ipv6ToBigInt(text: string): bigint {
-  let source = text;
-  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(source);
-  if (dotted) {
-    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
-    source =
-      source.slice(0, dotted.index) +
-      `${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
-  }
-  const [head, tail] = source.includes("::") ? source.split("::") : [source, undefined];
-  const groups = (part: string | undefined) => (part ? part.split(":") : []);
-  const left = groups(head);
-  const right = groups(tail);
-  const middle = tail === undefined ? [] : Array(8 - left.length - right.length).fill("0");
-  return [...left, ...middle, ...right].reduce(
-    (sum, group) => (sum << 16n) | BigInt(`0x${group}`),
-    0n,
-  );
+  return ipv6Groups(text)!.reduce((sum, group) => (sum << 16n) | BigInt(group), 0n);
 }
 
-/** RFC 5952 text: lower case, the longest run of two or more zero groups as `::`. */
+/** RFC 5952 text (lower case, the longest run of zero groups as `::`), as the URL parser writes it. */
 function formatIpv6(value: bigint): string {
   const groups = Array.from({ length: 8 }, (_, i) =>
-    Number((value >> BigInt(112 - 16 * i)) & 0xffffn),
+    ((value >> BigInt(112 - 16 * i)) & 0xffffn).toString(16),
   );
-  let best = { start: -1, length: 0 };
-  for (let i = 0; i < 8;) {
-    if (groups[i] !== 0) {
-      i++;
-      continue;
-    }
-    let j = i;
-    while (j < 8 && groups[j] === 0) j++;
-    if (j - i > best.length && j - i >= 2) best = { start: i, length: j - i };
-    i = j;
-  }
-  const hex = groups.map((g) => g.toString(16));
-  if (best.start < 0) return hex.join(":");
-  return `${hex.slice(0, best.start).join(":")}::${hex.slice(best.start + best.length).join(":")}`;
+  return new URL(`http://[${groups.join(":")}]/`).hostname.slice(1, -1);
 }
 
 /** The prefix as the guest gets it: validated and in canonical text form. */

@@ -9,6 +9,7 @@
  */
 import { isIP } from "node:net";
 import { z } from "zod";
+import { ipv6Groups } from "./ipv6";
 
 export type IpFamily = "ipv4" | "ipv6";
 
@@ -172,30 +173,10 @@ export function guestNetworkConfig(
 
 /** 16 bytes of an IPv6 address, or undefined when it is none. */
 export function ipv6Bytes(address: string): Buffer | undefined {
-  if (isIP(address) !== 6) return undefined;
-  const text = address.toLowerCase().replace(/%.*$/, "");
-  let [head, tail] = text.includes("::") ? text.split("::") : [text, undefined];
-  // An embedded IPv4 tail (::ffff:1.2.3.4) as two groups.
-  const dotted = (part: string): string =>
-    part.replace(/(\d+)\.(\d+)\.(\d+)\.(\d+)$/, (_all, a, b, c, d) =>
-      [(Number(a) << 8) | Number(b), (Number(c) << 8) | Number(d)]
-        .map((n) => n.toString(16))
-        .join(":"),
-    );
-  head = dotted(head);
-  tail = tail === undefined ? undefined : dotted(tail);
-  const headGroups = head === "" ? [] : head.split(":");
-  const tailGroups = tail === undefined || tail === "" ? [] : tail.split(":");
-  const groups =
-    tail === undefined
-      ? headGroups
-      : [
-          ...headGroups,
-          ...Array<string>(8 - headGroups.length - tailGroups.length).fill("0"),
-          ...tailGroups,
-        ];
+  const groups = ipv6Groups(address);
+  if (groups === undefined) return undefined;
   const bytes = Buffer.alloc(16);
-  groups.forEach((group, index) => bytes.writeUInt16BE(parseInt(group, 16), index * 2));
+  groups.forEach((group, index) => bytes.writeUInt16BE(group, index * 2));
   return bytes;
 }
 

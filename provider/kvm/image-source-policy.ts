@@ -26,6 +26,7 @@
 import { lookup as systemDnsLookup } from "node:dns/promises";
 import { isIP } from "node:net";
 import { redactUrl } from "../common/redact";
+import { ipv6Groups } from "../common/ipv6";
 
 export const MAX_IMAGE_REDIRECTS = 5;
 
@@ -157,19 +158,6 @@ function embeddedIpv4Forms(groups: number[]): number[][] {
 }
 
 const METADATA_V6_GROUPS = METADATA_V6.map((address) => ipv6Groups(address)!);
-
-/** The eight 16-bit groups of an IPv6 literal, or undefined when it is not one. */
-function ipv6Groups(text: string): number[] | undefined {
-  if (isIP(text) !== 6) return undefined;
-  // The URL parser writes every IPv6 form (dotted tail, upper case, long zeros) one canonical way.
-  const canonical = new URL(`http://[${text}]/`).hostname.slice(1, -1);
-  const [head, tail] = canonical.split("::") as [string, string | undefined];
-  const part = (s: string | undefined) => (s ? s.split(":") : []);
-  const left = part(head);
-  const right = part(tail);
-  const fill = tail === undefined ? [] : Array<string>(8 - left.length - right.length).fill("0");
-  return [...left, ...fill, ...right].map((group) => parseInt(group, 16));
-}
 
 /** The guarded kind a host name announces by itself, before any lookup. */
 export function hostNameKind(hostname: string): GuardedAddressKind | undefined {
