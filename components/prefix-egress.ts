@@ -49,7 +49,7 @@ export interface PrefixEgressParts {
   packages: string[];
   /** Entries under `write_files:`. */
   writeFiles: string[];
-  /** Entries under `runcmd:`, to run before squid restarts (so its parent is there). */
+  /** Entries under `runcmd:`, to run before squid reloads (so its parent is there). */
   commands: string[];
   /** squid.conf directives that send every request through the dialer. */
   squidConfigLines: string[];
@@ -200,7 +200,7 @@ export function prefixDialerUnit(settings: PrefixEgressSettings): string {
     "Before=squid.service",
     "",
     "[Service]",
-    // Ready once it listens: squid (Before= below, and runcmd's restart) then finds its parent alive.
+    // Ready once it listens: squid (Before= below, and runcmd's reload) then finds its parent alive.
     "Type=notify",
     `ExecStart=/usr/bin/python3 ${DIALER_PATH} --prefix ${prefix} --mode ${settings.mode}${count} --port ${PREFIX_DIALER_PORT}`,
     "Restart=on-failure",

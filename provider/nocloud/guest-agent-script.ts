@@ -56,6 +56,13 @@ install_agent() {
 
 start_agent() {
   if have systemctl && [ -d /run/systemd/system ]; then
+    # Running already: the boot started it (Debian's unit follows the agent's virtio port, and the
+    # package starts it on install), so it starts the same way next boot. Enabling a unit that also
+    # has a SysV script runs update-rc.d, seconds on a slow guest, for nothing.
+    if systemctl is-active --quiet qemu-guest-agent; then
+      log "qemu-guest-agent is running"
+      return 0
+    fi
     log "starting qemu-guest-agent with systemd"
     # Debian's unit is static (enable fails harmlessly); RHEL's needs enabling.
     systemctl enable qemu-guest-agent >/dev/null 2>&1 || true

@@ -20,6 +20,8 @@ interface Scenario {
   aptNeedsUpdate?: boolean;
   /** Every installer stub fails. */
   installFails?: boolean;
+  /** `systemctl is-active` says the agent runs (the boot or the package started it). */
+  agentRunning?: boolean;
 }
 
 interface Outcome {
@@ -32,6 +34,8 @@ const INSTALLERS = new Set(["apt-get", "dnf", "yum", "zypper", "apk"]);
 
 function stubScript(name: string, dir: string, log: string, scenario: Scenario): string {
   const record = `echo "${name} $*" >> ${log}`;
+  if (name === "systemctl")
+    return `#!/bin/sh\n${record}\n[ "$1" = is-active ] && exit ${scenario.agentRunning ? 0 : 3}\nexit 0\n`;
   if (!INSTALLERS.has(name)) return `#!/bin/sh\n${record}\nexit 0\n`;
   const dropAgent = `printf '#!/bin/sh\\nexit 0\\n' > ${dir}/qemu-ga; /bin/chmod +x ${dir}/qemu-ga`;
   const gate = scenario.installFails
@@ -124,15 +128,31 @@ describe("guest-agent vendor script", function () {
     assert.equal(first.status, 0, first.stdout);
     assert.deepEqual(first.calls, [
       "apt-get install -y qemu-guest-agent",
+      "systemctl is-active --quiet qemu-guest-agent",
       "systemctl enable qemu-guest-agent",
       "systemctl start qemu-guest-agent",
     ]);
     assert.equal(second.status, 0, second.stdout);
     assert.match(second.stdout, /already installed/);
     assert.deepEqual(second.calls, [
+      "systemctl is-active --quiet qemu-guest-agent",
       "systemctl enable qemu-guest-agent",
       "systemctl start qemu-guest-agent",
     ]);
+  });
+
+  it("leaves an agent the boot already started alone: no enable (update-rc.d), no start", () => {
+    const [outcome] = runScript({
+      stubs: ["apt-get", "systemctl"],
+      systemd: true,
+      agentRunning: true,
+    });
+    assert.equal(outcome.status, 0, outcome.stdout);
+    assert.deepEqual(outcome.calls, [
+      "apt-get install -y qemu-guest-agent",
+      "systemctl is-active --quiet qemu-guest-agent",
+    ]);
+    assert.match(outcome.stdout, /qemu-guest-agent is running/);
   });
 
   it("refreshes empty apt lists only when the first install fails", () => {

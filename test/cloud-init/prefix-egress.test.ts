@@ -183,7 +183,7 @@ describe("prefix egress (a routed IPv6 prefix spread over one proxy)", function 
       }
     });
 
-    it("carries the dialer byte for byte, the units, the sysctl, and starts them before squid restarts", () => {
+    it("carries the dialer byte for byte, the units, the sysctl, and starts them before squid reloads", () => {
       const file = join(scratch, "user-data");
       writeFileSync(file, squidCloudConfig(SQUID));
       const { merged } = JSON.parse(
@@ -233,7 +233,7 @@ describe("prefix egress (a routed IPv6 prefix spread over one proxy)", function 
           "egress-prefix-route.service",
           "egress-prefix-dialer.service",
         ],
-        ["systemctl", "restart", "squid"],
+        ["systemctl", "reload-or-restart", "squid"],
       ]);
     });
 

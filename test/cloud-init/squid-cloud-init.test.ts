@@ -144,7 +144,11 @@ describe("squid cloud-init (the pool's default user-data)", function () {
       "lists append: neither side loses packages",
     );
     assert.deepEqual((merged.runcmd as unknown[])[0], ["touch", "/run/mine"]);
-    assert.deepEqual((merged.runcmd as unknown[]).at(-1), ["systemctl", "restart", "squid"]);
+    assert.deepEqual((merged.runcmd as unknown[]).at(-1), [
+      "systemctl",
+      "reload-or-restart",
+      "squid",
+    ]);
     assert.equal(
       merged["x-version"],
       1.1,
