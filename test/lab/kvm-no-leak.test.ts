@@ -224,12 +224,23 @@ describe("KvmProxy create never leaks (failures made for real in the lab)", func
     throw new Error("create succeeded, but the injected failure should have failed it");
   }
 
+  /**
+   * A record this test removed itself is not removed again in `after`: its host
+   * may be a relay that is gone by then, and that removal would wait out the
+   * whole delete budget (a minute) for nothing.
+   */
+  function forgetLeftover(id: string): void {
+    const index = leftovers.findIndex((leftover) => leftover.id === id);
+    if (index >= 0) leftovers.splice(index, 1);
+  }
+
   /** Destroy of the record (as `pulumi destroy` sends it) leaves the host as it was before. */
   async function destroyRecord(error: Error, before: HostView): Promise<void> {
     if (!(error instanceof PartialCreateError)) return;
     assert.equal(error.properties.__provider, SERIALIZED_PROVIDER, "the record can be deleted");
     assert.ok(isIncompleteCreate(error.properties));
     await kvm.remove(error.id, error.properties);
+    forgetLeftover(error.id);
     const after = hostView();
     show("destroyed", after);
     assert.deepEqual(added(before, after), { domains: [], volumes: [] });
@@ -487,6 +498,7 @@ describe("KvmProxy create never leaks (failures made for real in the lab)", func
       show("continued", hostView());
       assert.deepEqual(added(before, hostView()), recordedBy(error, vmName, lab.pool));
       await kvm.remove(error.id, outs);
+      forgetLeftover(error.id);
       assert.deepEqual(added(before, hostView()), { domains: [], volumes: [] });
     } finally {
       relay.restore();
