@@ -10,7 +10,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AddressInfo, Socket } from "node:net";
-import { Server, utils } from "ssh2";
+import { Server } from "ssh2";
 import { Deadline } from "../../../provider/common/deadline";
 import { errorClassOf } from "../../../provider/common/errors";
 import { closeAllHosts, openHost } from "../../../provider/kvm/connect";
@@ -18,11 +18,12 @@ import * as kvm from "../../../provider/kvm/provider";
 import { kvmResourceId } from "../../../provider/kvm/naming";
 import { openKvmSession } from "../../../reaper/kvm";
 import { publicLine, rejectionOf } from "../../support/rejection";
+import { sshKeyPair } from "../../support/ssh-keys";
 
 describe("ssh: a host that refuses the credentials is asked once", function () {
   this.timeout(30_000);
-  const hostKey = utils.generateKeyPairSync("ed25519");
-  const clientKey = utils.generateKeyPairSync("ed25519");
+  const hostKey = sshKeyPair();
+  const clientKey = sshKeyPair();
   let server: Server;
   let port: number;
   let knownHosts: string;

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
 import type { AddressInfo } from "node:net";
-import { Server, utils, type Client, type ClientChannel, type ServerChannel } from "ssh2";
+import { Server, type Client, type ClientChannel, type ServerChannel } from "ssh2";
 import {
   dialSsh,
   installChannelDataWriter,
@@ -20,6 +20,7 @@ import {
   type ChannelDataWriter,
 } from "../../../provider/ssh";
 import { publicLine } from "../../support/rejection";
+import { sshKeyPair } from "../../support/ssh-keys";
 
 const MIB = 1024 * 1024;
 
@@ -39,8 +40,8 @@ interface HostBehaviour {
 
 describe("ssh: channel data sealed by us", function () {
   this.timeout(30_000);
-  const hostKey = utils.generateKeyPairSync("ed25519");
-  const clientKey = utils.generateKeyPairSync("ed25519");
+  const hostKey = sshKeyPair();
+  const clientKey = sshKeyPair();
 
   before(function () {
     // With ssh2's native binding ssh2 seals every packet itself and we never take over.

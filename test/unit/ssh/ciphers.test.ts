@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import type { AddressInfo } from "node:net";
 import fc from "fast-check";
-import { Server, utils, type NegotiatedAlgorithms } from "ssh2";
+import { Server, type NegotiatedAlgorithms } from "ssh2";
 import {
   cipherOffer,
   dialSsh,
@@ -17,6 +17,7 @@ import {
   type SshLinkAlgorithms,
 } from "../../../provider/ssh";
 import { publicLine } from "../../support/rejection";
+import { sshKeyPair } from "../../support/ssh-keys";
 
 const SSH2_DEFAULTS = [
   "aes128-gcm@openssh.com",
@@ -102,8 +103,8 @@ describe("ssh: the ciphers we offer", () => {
 
 describe("ssh: the cipher a host's policy lets us negotiate", function () {
   this.timeout(20_000);
-  const hostKey = utils.generateKeyPairSync("ed25519");
-  const clientKey = utils.generateKeyPairSync("ed25519");
+  const hostKey = sshKeyPair();
+  const clientKey = sshKeyPair();
 
   /** A host allowing only `ciphers` (all of ssh2's when undefined); resolves what our client negotiated. */
   async function negotiateWith(ciphers?: string[]): Promise<SshLinkAlgorithms> {

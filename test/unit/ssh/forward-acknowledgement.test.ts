@@ -8,14 +8,15 @@
  */
 import assert from "node:assert/strict";
 import type { AddressInfo } from "node:net";
-import { Server, utils, type Connection } from "ssh2";
+import { Server, type Connection } from "ssh2";
 import { openLibvirtOverSsh, SshConnectError } from "../../../provider/ssh";
 import { publicLine, rejectionOf } from "../../support/rejection";
+import { sshKeyPair } from "../../support/ssh-keys";
 
 describe("ssh: the libvirt forward after login", function () {
   this.timeout(20_000);
-  const hostKey = utils.generateKeyPairSync("ed25519");
-  const clientKey = utils.generateKeyPairSync("ed25519");
+  const hostKey = sshKeyPair();
+  const clientKey = sshKeyPair();
 
   it("answers data that arrives before the forward is confirmed, without waiting for a reply", async () => {
     let sawPacketBeforeAnswer: boolean | undefined;

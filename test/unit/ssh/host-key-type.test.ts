@@ -7,15 +7,16 @@
  */
 import assert from "node:assert/strict";
 import type { AddressInfo } from "node:net";
-import { Client, Server, utils } from "ssh2";
+import { Client, Server } from "ssh2";
 import { classifyLibvirtError } from "../../../provider/kvm/classify";
 import { SshHostKeyError, dialSsh, releaseSshClient } from "../../../provider/ssh";
 import { publicLine, rejectionOf } from "../../support/rejection";
+import { sshKeyPair } from "../../support/ssh-keys";
 
 describe("ssh: a host that no longer offers the pinned host-key type", function () {
   this.timeout(20_000);
-  const ecdsaHostKey = utils.generateKeyPairSync("ecdsa", { bits: 256 });
-  const client = utils.generateKeyPairSync("ed25519");
+  const ecdsaHostKey = sshKeyPair("ecdsa");
+  const client = sshKeyPair();
   let server: Server;
   let port: number;
 
@@ -37,7 +38,7 @@ describe("ssh: a host that no longer offers the pinned host-key type", function 
     );
 
   it("is a Permanent host-key error naming the pinned type and how to see what the host offers", async () => {
-    const oldKey = utils.generateKeyPairSync("ed25519");
+    const oldKey = sshKeyPair();
     const error = await rejectionOf(dial(`[127.0.0.1]:${port} ${publicLine(oldKey)}\n`));
     assert.ok(error instanceof SshHostKeyError, `${error.name}: ${error.message}`);
     assert.equal(error.problem, "type-not-offered");
