@@ -3,9 +3,11 @@
  *
  * ssh2 1.17's `utils.generateKeyPairSync("ed25519")` now and then writes an
  * OpenSSH private key its own `parseKey` refuses ("Malformed OpenSSH private
- * key": 22 of 5000 here). A test that got one failed as "not an OpenSSH or
- * PEM private key", which looked like a flake under load. Here a pair is
- * kept only once ssh2 reads both halves back.
+ * key": 22 of 5000 here): the key's 32 bytes lost a leading zero byte, and
+ * ssh-keygen refuses that file too, so keys users make are not affected. A
+ * test that got one failed as "not an OpenSSH or PEM private key", which
+ * looked like a flake under load. Here a pair is kept only once ssh2 reads
+ * both halves back.
  */
 import { utils } from "ssh2";
 
