@@ -28,6 +28,7 @@ import {
   type ProxyImage,
   type RunningServer as ImageServer,
 } from "./kvm-support";
+import { inGuest } from "./prefix-support";
 
 const AUTH = { user: "crawler", password: "dual stack lab secret" };
 const owner = { project: "egress-lab", stack: "dual-stack-test", resource: "proxy" };
@@ -146,5 +147,47 @@ describe("dual stack in the lab (one squid VM over IPv4 and IPv6)", function () 
       AUTH,
     );
     assert.deepEqual([over6.status, over6.body.trim()], [200, outs.ip]);
+  });
+
+  it("refresh looks each family up again: unchanged it plans nothing; a new IPv6 address is read, re-checked and accepted in place", async () => {
+    const { id } = created!;
+    const refresh = async (olds: Record<string, unknown>) => {
+      const read = await kvm.read(id, { ...olds, egressRecheck: true });
+      const news = (await kvm.check(read.inputs!, { ...read.inputs!, egressRecheck: true })).inputs;
+      const diff = await kvm.diff(id, read.props!, news);
+      return { props: read.props!, changes: diff.changes };
+    };
+    const outs = created!.outs;
+    const quiet = await refresh(outs);
+    assert.equal(quiet.props.ipv6Address, outs.ipv6Address);
+    assert.equal(quiet.props.egressIpv6, outs.egressIpv6);
+    assert.equal(quiet.props.checkedAt, outs.checkedAt);
+    assert.equal(quiet.changes, false);
+
+    // The VM's IPv6 address changes (a new one from the /64, the SLAAC one gone and not made again).
+    const moved = `${prefix6}::beef`;
+    const vmName = String(outs.vmName);
+    const script = [
+      "for nic in /sys/class/net/*; do",
+      `  [ "$(cat "$nic/address")" = "${String(outs.mac)}" ] && dev=\${nic##*/}`,
+      "done",
+      'sysctl -qw "net.ipv6.conf.$dev.autoconf=0"',
+      `ip -6 addr add ${moved}/64 dev "$dev" nodad`,
+      `ip -6 addr del ${String(outs.ipv6Address)}/64 dev "$dev"`,
+    ].join("\n");
+    const changed = await inGuest(lab, vmName, "/bin/sh", ["-ec", script]);
+    assert.equal(changed.exitcode, 0, changed.out);
+    const refreshed = await refresh(quiet.props);
+    assert.equal(refreshed.props.ipv6Address, moved, "refresh read the VM's new IPv6 address");
+    assert.equal(refreshed.props.egressIpv6, moved, "and the re-check saw it leave from there");
+    assert.equal(refreshed.props.ip, outs.ip, "IPv4 untouched");
+    assert.equal(refreshed.changes, false, "accepted in place: nothing to replace");
+    const over6 = await getThroughProxy(
+      { host: moved, port: 3128 },
+      `http://${lab.hostAddress}:${echo4!.port}/`,
+      AUTH,
+    );
+    assert.equal(over6.status, 200);
+    created = { id, outs: refreshed.props };
   });
 });
