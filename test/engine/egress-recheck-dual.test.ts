@@ -13,6 +13,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { networkInterfaces } from "node:os";
 import { join } from "node:path";
+import { inIpv6Prefix } from "../../provider/common/egress-samples";
 import { isRoutableIpv6 } from "../../provider/common/ip-families";
 import { publishedReadiness } from "../../components/published-checks";
 import type { PveSimulator } from "../pve-sim/simulator";
@@ -57,6 +58,40 @@ function localGlobalIpv6(): { address: string; remove?: () => void } {
   // Ctrl-C or a crash between here and `after`: the address goes with the process.
   process.once("exit", remove);
   return { address, remove };
+}
+
+/**
+ * `count` addresses of a prefix on `lo` (a prefix dialer binds any address of
+ * a routed prefix with IP_FREEBIND, which Node's sockets cannot ask for);
+ * returns them and the undo.
+ */
+function addressesOnLoopback(
+  prefix: string,
+  count: number,
+): { addresses: string[]; remove: () => void } {
+  const addresses = Array.from(
+    { length: count },
+    (_, index) => `${prefix}::${(index + 16).toString(16)}`,
+  );
+  const added: string[] = [];
+  let removed = false;
+  const remove = () => {
+    if (removed) return;
+    removed = true;
+    for (const address of added)
+      execFileSync("ip", ["-6", "addr", "del", `${address}/128`, "dev", "lo"]);
+  };
+  process.once("exit", remove);
+  try {
+    for (const address of addresses) {
+      execFileSync("ip", ["-6", "addr", "add", `${address}/128`, "dev", "lo", "nodad"]);
+      added.push(address);
+    }
+  } catch (error) {
+    remove();
+    throw error;
+  }
+  return { addresses, remove };
 }
 
 describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy, simulator)", function () {
@@ -212,6 +247,73 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
     );
     assert.deepEqual(planSummary(rounds), ["none", "none"]);
     await server.delete(captured.urn, stored.id, healed);
+  });
+
+  it("a prefix spread (egressCheck.ipv6Prefix): create samples the IPv6 side and counts its exit addresses; refresh takes another address of the prefix quietly", async () => {
+    // The "VM's" routed prefix: a free ULA /64, some of its addresses on this host.
+    const routed = execFileSync("/usr/bin/python3", [FREE_ULA, "--exclude", `${v6}/64`], {
+      encoding: "utf8",
+    }).trim();
+    const sources = addressesOnLoopback(routed, 24);
+    let turn = 0;
+    const spreading = await (async () => {
+      await proxy6?.close();
+      proxy6 = undefined;
+      // Each upstream connection from the next address of the prefix, as the dialer's random mode would.
+      const nextSource = () => sources.addresses[turn++ % sources.addresses.length]!;
+      return startForwardProxy({
+        host: v6,
+        auth: AUTH,
+        port: proxy4.port,
+        egressAddress: nextSource,
+      });
+    })();
+    try {
+      const prefixed = captureResourceInputs(
+        fixture.project,
+        "ProxmoxProxy",
+        "edge-prefix",
+        simulatorProxyArgs(sim, {
+          ipFamilies: ["ipv4", "ipv6"],
+          readiness: { mode: "port", port: proxy4.port },
+          egressCheck: {
+            url: `http://127.0.0.1:${echo4.port}/`,
+            ipv6Url: `http://[${v6}]:${echo6.port}/`,
+            proxyAuth: AUTH,
+            ipv6Samples: 20,
+            ipv6Prefix: { prefix: `${routed}::/64`, mode: "random" },
+          },
+          egressRecheck: true,
+          timeouts: { createSeconds: 60, readySeconds: 8, deleteSeconds: 60 },
+        }),
+      );
+      const checked = await server.check(prefixed.urn, {}, prefixed.inputs);
+      assert.deepEqual(checked.failures, []);
+      const created = await server.create(prefixed.urn, checked.inputs);
+      const outs = created.properties;
+      assert.equal(outs.ipv6Address, v6);
+      assert.ok(inIpv6Prefix(String(outs.egressIpv6), `${routed}::/64`), String(outs.egressIpv6));
+      assert.ok(Number(outs.egressIpv6Distinct) >= 15, `${String(outs.egressIpv6Distinct)} of 20`);
+      assert.equal(outs.egressProblem ?? null, null, "no problem recorded at create");
+      // Each refresh sees yet another address of the prefix: that is the spread, not drift.
+      const rounds = await refreshThenPlan(
+        server,
+        prefixed.urn,
+        { id: created.id, outputs: outs, inputs: checked.inputs },
+        prefixed.inputs,
+        2,
+      );
+      assert.deepEqual(planSummary(rounds), ["none", "none"]);
+      for (const { stored: round } of rounds) {
+        assert.equal(round.outputs.egressProblem, null);
+        assert.equal(round.outputs.egressIpv6, outs.egressIpv6, "the address state holds stays");
+      }
+      await server.delete(prefixed.urn, created.id, rounds.at(-1)!.stored.outputs);
+    } finally {
+      await spreading.close();
+      proxy6 = await startForwardProxy({ host: v6, auth: AUTH, port: proxy4.port });
+      sources.remove();
+    }
   });
 
   it("an IPv6 address the guest lost: refresh reports null and a silent IPv6 side", async () => {

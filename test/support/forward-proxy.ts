@@ -54,8 +54,12 @@ export interface ForwardProxyOptions {
   host: string;
   /** Require these credentials (squid's basic_ncsa_auth). */
   auth?: { user: string; password: string };
-  /** Source address of outgoing connections (the "egress"); default: the kernel's choice. */
-  egressAddress?: string;
+  /**
+   * Source address of outgoing connections (the "egress"); default: the
+   * kernel's choice. A function is asked once per request, each then on a
+   * connection of its own (a prefix dialer's spread).
+   */
+  egressAddress?: string | (() => string);
   /** Listen on this port (a proxy started again where another one was); default: any free port. */
   port?: number;
 }
@@ -63,6 +67,13 @@ export interface ForwardProxyOptions {
 export interface ForwardProxy extends RunningServer {
   /** Requests and tunnels served (auth failures included). */
   served: number;
+}
+
+/** Where one upstream connection leaves from; a source per request needs a connection per request. */
+function upstreamSource(options: ForwardProxyOptions): { localAddress?: string; agent?: false } {
+  const source = options.egressAddress;
+  if (typeof source === "function") return { localAddress: source(), agent: false };
+  return source === undefined ? {} : { localAddress: source };
 }
 
 export async function startForwardProxy(options: ForwardProxyOptions): Promise<ForwardProxy> {
@@ -100,7 +111,7 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
         path: `${target.pathname}${target.search}`,
         method: req.method,
         headers,
-        localAddress: options.egressAddress,
+        ...upstreamSource(options),
         timeout: 10_000,
       },
       (answer) => {
@@ -124,7 +135,7 @@ export async function startForwardProxy(options: ForwardProxyOptions): Promise<F
       return;
     }
     const [host, port] = splitAuthority(req.url ?? "");
-    const upstream = connect({ host, port, localAddress: options.egressAddress });
+    const upstream = connect({ host, port, localAddress: upstreamSource(options).localAddress });
     upstream.once("connect", () => {
       client.write("HTTP/1.1 200 Connection established\r\n\r\n");
       if (head.length > 0) upstream.write(head);
