@@ -119,22 +119,7 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
     echo6 = await startEchoServer(v6);
     proxy4 = await startForwardProxy({ host: "127.0.0.2", auth: AUTH, egressAddress: "127.0.0.3" });
     proxy6 = await startForwardProxy({ host: v6, auth: AUTH, port: proxy4.port });
-    captured = captureResourceInputs(
-      fixture.project,
-      "ProxmoxProxy",
-      "edge-dual",
-      simulatorProxyArgs(sim, {
-        ipFamilies: ["ipv4", "ipv6"],
-        readiness: { mode: "port", port: proxy4.port },
-        egressCheck: {
-          url: `http://127.0.0.1:${echo4.port}/`,
-          ipv6Url: `http://[${v6}]:${echo6.port}/`,
-          proxyAuth: AUTH,
-        },
-        egressRecheck: true,
-        timeouts: { createSeconds: 60, readySeconds: 8, deleteSeconds: 60 },
-      }),
-    );
+    captured = captureDualStack("edge-dual");
     server = await fixture.startServer({
       config: { "egress-proxies:proxmoxApiToken": sim.tokenFor() },
     });
@@ -147,6 +132,27 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
     await echo4?.close();
     removeTestAddress?.();
   });
+
+  /** A dual-stack ProxmoxProxy checking egress on both families, re-checked on refresh. */
+  function captureDualStack(name: string, egressCheck: Props = {}): CapturedResource {
+    return captureResourceInputs(
+      fixture.project,
+      "ProxmoxProxy",
+      name,
+      simulatorProxyArgs(sim, {
+        ipFamilies: ["ipv4", "ipv6"],
+        readiness: { mode: "port", port: proxy4.port },
+        egressCheck: {
+          url: `http://127.0.0.1:${echo4.port}/`,
+          ipv6Url: `http://[${v6}]:${echo6.port}/`,
+          proxyAuth: AUTH,
+          ...egressCheck,
+        },
+        egressRecheck: true,
+        timeouts: { createSeconds: 60, readySeconds: 8, deleteSeconds: 60 },
+      }),
+    );
+  }
 
   async function createProxy(): Promise<StoredResource> {
     const checked = await server.check(captured.urn, {}, captured.inputs);
@@ -269,24 +275,10 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
       });
     })();
     try {
-      const prefixed = captureResourceInputs(
-        fixture.project,
-        "ProxmoxProxy",
-        "edge-prefix",
-        simulatorProxyArgs(sim, {
-          ipFamilies: ["ipv4", "ipv6"],
-          readiness: { mode: "port", port: proxy4.port },
-          egressCheck: {
-            url: `http://127.0.0.1:${echo4.port}/`,
-            ipv6Url: `http://[${v6}]:${echo6.port}/`,
-            proxyAuth: AUTH,
-            ipv6Samples: 20,
-            ipv6Prefix: { prefix: `${routed}::/64`, mode: "random" },
-          },
-          egressRecheck: true,
-          timeouts: { createSeconds: 60, readySeconds: 8, deleteSeconds: 60 },
-        }),
-      );
+      const prefixed = captureDualStack("edge-prefix", {
+        ipv6Samples: 20,
+        ipv6Prefix: { prefix: `${routed}::/64`, mode: "random" },
+      });
       const checked = await server.check(prefixed.urn, {}, prefixed.inputs);
       assert.deepEqual(checked.failures, []);
       const created = await server.create(prefixed.urn, checked.inputs);
