@@ -35,44 +35,11 @@ const AUTH = { user: "crawler", password: "engine dual secret" };
 const FREE_ULA = join(__dirname, "..", "..", "..", "test", "lab", "free-ula.py");
 
 /**
- * A global IPv6 address of this machine: connections to it never leave the
- * host. A machine without one (IPv4-only networks) gets a unique-local /128
- * on `lo` for the test's length, picked where nothing of the machine's is
- * (test/lab/free-ula.py) and removed in `after` (the test command compares
- * the machine's addresses before and after the run).
+ * IPv6 addresses put on `lo` for the test's length; returns the undo. Ctrl-C
+ * or a crash before the undo: they go with the process (the test command
+ * compares the machine's addresses before and after the run).
  */
-function localGlobalIpv6(): { address: string; remove?: () => void } {
-  const found = Object.values(networkInterfaces())
-    .flat()
-    .find((entry) => entry?.family === "IPv6" && isRoutableIpv6(entry.address));
-  if (found !== undefined) return { address: found.address };
-  const prefix = execFileSync("/usr/bin/python3", [FREE_ULA], { encoding: "utf8" }).trim();
-  const address = `${prefix}::2`;
-  execFileSync("ip", ["-6", "addr", "add", `${address}/128`, "dev", "lo", "nodad"]);
-  let removed = false;
-  const remove = () => {
-    if (removed) return;
-    removed = true;
-    execFileSync("ip", ["-6", "addr", "del", `${address}/128`, "dev", "lo"]);
-  };
-  // Ctrl-C or a crash between here and `after`: the address goes with the process.
-  process.once("exit", remove);
-  return { address, remove };
-}
-
-/**
- * `count` addresses of a prefix on `lo` (a prefix dialer binds any address of
- * a routed prefix with IP_FREEBIND, which Node's sockets cannot ask for);
- * returns them and the undo.
- */
-function addressesOnLoopback(
-  prefix: string,
-  count: number,
-): { addresses: string[]; remove: () => void } {
-  const addresses = Array.from(
-    { length: count },
-    (_, index) => `${prefix}::${(index + 16).toString(16)}`,
-  );
+function onLoopback(addresses: string[]): () => void {
   const added: string[] = [];
   let removed = false;
   const remove = () => {
@@ -91,7 +58,23 @@ function addressesOnLoopback(
     remove();
     throw error;
   }
-  return { addresses, remove };
+  return remove;
+}
+
+/**
+ * A global IPv6 address of this machine: connections to it never leave the
+ * host. A machine without one (IPv4-only networks) gets a unique-local /128
+ * on `lo` for the test's length, picked where nothing of the machine's is
+ * (test/lab/free-ula.py) and removed in `after`.
+ */
+function localGlobalIpv6(): { address: string; remove?: () => void } {
+  const found = Object.values(networkInterfaces())
+    .flat()
+    .find((entry) => entry?.family === "IPv6" && isRoutableIpv6(entry.address));
+  if (found !== undefined) return { address: found.address };
+  const prefix = execFileSync("/usr/bin/python3", [FREE_ULA], { encoding: "utf8" }).trim();
+  const address = `${prefix}::2`;
+  return { address, remove: onLoopback([address]) };
 }
 
 describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy, simulator)", function () {
@@ -260,21 +243,24 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
     const routed = execFileSync("/usr/bin/python3", [FREE_ULA, "--exclude", `${v6}/64`], {
       encoding: "utf8",
     }).trim();
-    const sources = addressesOnLoopback(routed, 24);
-    let turn = 0;
-    const spreading = await (async () => {
+    // A prefix dialer binds any address of a routed prefix (IP_FREEBIND, which Node's sockets cannot
+    // ask for): here 24 of its addresses on `lo`, each upstream connection from the next one.
+    const sources = Array.from(
+      { length: 24 },
+      (_, index) => `${routed}::${(index + 16).toString(16)}`,
+    );
+    const removeSources = onLoopback(sources);
+    let spreading: ForwardProxy | undefined;
+    try {
       await proxy6?.close();
       proxy6 = undefined;
-      // Each upstream connection from the next address of the prefix, as the dialer's random mode would.
-      const nextSource = () => sources.addresses[turn++ % sources.addresses.length]!;
-      return startForwardProxy({
+      let turn = 0;
+      spreading = await startForwardProxy({
         host: v6,
         auth: AUTH,
         port: proxy4.port,
-        egressAddress: nextSource,
+        egressAddress: () => sources[turn++ % sources.length]!,
       });
-    })();
-    try {
       const prefixed = captureDualStack("edge-prefix", {
         ipv6Samples: 20,
         ipv6Prefix: { prefix: `${routed}::/64`, mode: "random" },
@@ -302,9 +288,9 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
       }
       await server.delete(prefixed.urn, created.id, rounds.at(-1)!.stored.outputs);
     } finally {
-      await spreading.close();
+      await spreading?.close();
       proxy6 = await startForwardProxy({ host: v6, auth: AUTH, port: proxy4.port });
-      sources.remove();
+      removeSources();
     }
   });
 

@@ -97,6 +97,25 @@ function startApiServer(...slices: Slice[]): Promise<{
   );
 }
 
+/**
+ * Waits until a member's ready condition changed in the slice and the
+ * exporter said so. The fake API server is this process: it holds the patch
+ * before the exporter has read the answer and printed its line, so waiting for
+ * the slice alone fails the stderr check on a busy machine.
+ */
+async function untilPatchedAndReported(
+  exporter: { stderr(): string },
+  sliceName: string,
+  patched: () => boolean,
+): Promise<void> {
+  const report = `EndpointSlice crawlers/${sliceName}: 1 ready condition(s) set from this check`;
+  await until(
+    `${sliceName}: the member's condition patched, and the exporter saying so`,
+    20_000,
+    async () => (patched() && exporter.stderr().includes(report) ? true : undefined),
+  );
+}
+
 describe("egress-proxies check --serve --endpointslice keeps the slice's readiness current", function () {
   this.timeout(60_000);
   const servers: RunningServer[] = [];
@@ -162,17 +181,10 @@ describe("egress-proxies check --serve --endpointslice keeps the slice's readine
     // Pulumi rewrites the slice between the exporter's read and its patch: refused, redone next round.
     api.raceNextPatch();
     await doomed.close();
-    // The slice changes here (the fake API server is this process) before the exporter has read the
-    // answer and said so on stderr: wait for both, or a busy machine fails the stderr check below.
-    const setByThisCheck =
-      /EndpointSlice crawlers\/egress-vms: 1 ready condition\(s\) set from this check/;
-    await until(
-      "the broken member marked not ready, and the exporter saying so",
-      20_000,
-      async () =>
-        slice.endpoints[1]!.conditions?.ready === false && setByThisCheck.test(running.stderr())
-          ? true
-          : undefined,
+    await untilPatchedAndReported(
+      running,
+      "egress-vms",
+      () => slice.endpoints[1]!.conditions?.ready === false,
     );
     const sent = patches().map(
       (p) => JSON.parse(p.body) as { op: string; path: string; value: unknown }[],
@@ -248,15 +260,10 @@ describe("egress-proxies check --serve --endpointslice keeps the slice's readine
         /egress_proxy_up\{proxy="kvm1-0",endpoint="\[::1\]:\d+",family="ipv6"\} 1/,
       );
       await v6.close();
-      const setOnIpv6 =
-        /EndpointSlice crawlers\/egress-vms-ipv6: 1 ready condition\(s\) set from this check/;
-      await until(
-        "the member's IPv6 endpoint marked not ready, and the exporter saying so",
-        20_000,
-        async () =>
-          ipv6Slice.endpoints[0]!.conditions?.ready === false && setOnIpv6.test(running.stderr())
-            ? true
-            : undefined,
+      await untilPatchedAndReported(
+        running,
+        "egress-vms-ipv6",
+        () => ipv6Slice.endpoints[0]!.conditions?.ready === false,
       );
       assert.equal(ipv4Slice.endpoints[0]!.conditions?.ready, true, "IPv4 still works");
       const paths = dualApi.requests.filter((r) => r.method === "PATCH").map((r) => r.path);

@@ -21,14 +21,15 @@ import { useLab, type LabEnv } from "./fixture";
 import { dhcpAddressPattern } from "./lab";
 import {
   ensureProxyImage,
+  inGuest,
   labConnection,
   linkHostToLab,
+  refreshWithRecheck,
   removeCachedBaseImage,
   serveImage,
   type ProxyImage,
   type RunningServer as ImageServer,
 } from "./kvm-support";
-import { inGuest } from "./prefix-support";
 
 const AUTH = { user: "crawler", password: "dual stack lab secret" };
 const owner = { project: "egress-lab", stack: "dual-stack-test", resource: "proxy" };
@@ -151,12 +152,7 @@ describe("dual stack in the lab (one squid VM over IPv4 and IPv6)", function () 
 
   it("refresh looks each family up again: unchanged it plans nothing; a new IPv6 address is read, re-checked and accepted in place", async () => {
     const { id } = created!;
-    const refresh = async (olds: Record<string, unknown>) => {
-      const read = await kvm.read(id, { ...olds, egressRecheck: true });
-      const news = (await kvm.check(read.inputs!, { ...read.inputs!, egressRecheck: true })).inputs;
-      const diff = await kvm.diff(id, read.props!, news);
-      return { props: read.props!, changes: diff.changes };
-    };
+    const refresh = (olds: Record<string, unknown>) => refreshWithRecheck(id, olds);
     const outs = created!.outs;
     const quiet = await refresh(outs);
     assert.equal(quiet.props.ipv6Address, outs.ipv6Address);

@@ -34,6 +34,7 @@ import {
   ensureProxyImage,
   labConnection,
   linkHostToLab,
+  refreshWithRecheck,
   removeCachedBaseImage,
   serveImage,
   type ProxyImage,
@@ -471,14 +472,8 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
 
   it("refresh re-checks egress: confirmed quietly, a new NAT address accepted, the stopped squid restarted by up", async () => {
     // The program with the pool's default: every refresh re-checks each running proxy.
-    const program = async (refreshed: Record<string, unknown>) =>
-      (await kvm.check(refreshed, { ...refreshed, egressRecheck: true })).inputs;
-    const refresh = async (index: number, olds = created[index]!.outs) => {
-      const read = await kvm.read(created[index]!.id, { ...olds, egressRecheck: true });
-      const news = await program(read.inputs!);
-      const diff = await kvm.diff(created[index]!.id, read.props!, news);
-      return { props: read.props!, news, changes: diff.changes };
-    };
+    const refresh = (index: number, olds = created[index]!.outs) =>
+      refreshWithRecheck(created[index]!.id, olds);
 
     // Proxy 0 answers as at create: no output moves, no plan.
     const quiet = await refresh(0);

@@ -1,8 +1,9 @@
 /**
  * What KvmProxy's lab tests share: the proxy image (built once from Debian's
  * packages by build-image.sh, then cached), an HTTP server that serves it the
- * way image mirrors do, a target web server on the lab bridge, and inputs
- * shaped like a user's.
+ * way image mirrors do, a target web server on the lab bridge, inputs
+ * shaped like a user's, commands in a guest through its agent, and a refresh
+ * with the pool's egress re-check.
  */
 import assert from "node:assert/strict";
 import { execFile, execFileSync } from "node:child_process";
@@ -11,6 +12,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { resolve } from "node:path";
 import { promisify } from "node:util";
+import * as kvm from "../../provider/kvm/provider";
 import { Procedures, type LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
 import {
   baseImageMarkerName,
@@ -237,4 +239,51 @@ export function assertHostHoldsExactly(
     vmNamesInState.flatMap((vm) => [overlayVolumeName(vm), seedVolumeName(vm)]).sort(),
     "per-VM volumes on the host = those of the VMs in state",
   );
+}
+
+/** A command in the guest through its agent (virsh), its exit code and output once it ended. */
+export async function inGuest(
+  lab: LabEnv,
+  vmName: string,
+  path: string,
+  args: string[],
+): Promise<{ exitcode: number; out: string }> {
+  const agent = (command: object) =>
+    JSON.parse(
+      execFileSync(
+        "virsh",
+        ["-q", "-c", lab.uri, "qemu-agent-command", vmName, JSON.stringify(command)],
+        { encoding: "utf8" },
+      ),
+    ) as { return: Record<string, unknown> };
+  const { pid } = agent({
+    execute: "guest-exec",
+    arguments: { path, arg: args, "capture-output": true },
+  }).return as { pid: number };
+  for (let tries = 0; tries < 60; tries++) {
+    const status = agent({ execute: "guest-exec-status", arguments: { pid } }).return as {
+      exited: boolean;
+      exitcode?: number;
+      "out-data"?: string;
+    };
+    if (status.exited)
+      return {
+        exitcode: status.exitcode ?? -1,
+        out: Buffer.from(status["out-data"] ?? "", "base64").toString("utf8"),
+      };
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+  throw new Error(`${path} did not end within 60 s in ${vmName}`);
+}
+
+/**
+ * A refresh as `up --refresh` runs it with the pool's default (every refresh
+ * re-checks egress), then the plan: what the read found, the program's
+ * inputs after it, and whether the diff sees a change.
+ */
+export async function refreshWithRecheck(id: string, olds: Record<string, unknown>) {
+  const read = await kvm.read(id, { ...olds, egressRecheck: true });
+  const news = (await kvm.check(read.inputs!, { ...read.inputs!, egressRecheck: true })).inputs;
+  const diff = await kvm.diff(id, read.props!, news);
+  return { props: read.props!, news, changes: diff.changes };
 }

@@ -14,9 +14,9 @@ import assert from "node:assert/strict";
 import { inIpv6Prefix } from "../../provider/common/egress-samples";
 // The lab fixture's root hook: what this run brought up, it takes down.
 import "./fixture";
+import { inGuest } from "./kvm-support";
 import {
   createLabProxy,
-  inGuest,
   manyThroughProxy,
   startPrefixLab,
   stopPrefixLab,

@@ -198,38 +198,3 @@ export async function manyThroughProxy(
   await Promise.all(Array.from({ length: concurrency }, worker));
   return { answers, ms };
 }
-
-/** A command in the guest through its agent (virsh), its exit code and output once it ended. */
-export async function inGuest(
-  lab: LabEnv,
-  vmName: string,
-  path: string,
-  args: string[],
-): Promise<{ exitcode: number; out: string }> {
-  const agent = (command: object) =>
-    JSON.parse(
-      execFileSync(
-        "virsh",
-        ["-q", "-c", lab.uri, "qemu-agent-command", vmName, JSON.stringify(command)],
-        { encoding: "utf8" },
-      ),
-    ) as { return: Record<string, unknown> };
-  const { pid } = agent({
-    execute: "guest-exec",
-    arguments: { path, arg: args, "capture-output": true },
-  }).return as { pid: number };
-  for (let tries = 0; tries < 60; tries++) {
-    const status = agent({ execute: "guest-exec-status", arguments: { pid } }).return as {
-      exited: boolean;
-      exitcode?: number;
-      "out-data"?: string;
-    };
-    if (status.exited)
-      return {
-        exitcode: status.exitcode ?? -1,
-        out: Buffer.from(status["out-data"] ?? "", "base64").toString("utf8"),
-      };
-    await new Promise((resolve) => setTimeout(resolve, 1000));
-  }
-  throw new Error(`${path} did not end within 60 s in ${vmName}`);
-}
