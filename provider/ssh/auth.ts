@@ -8,7 +8,8 @@
 import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
-import { utils, type AuthMethod, type AgentAuthMethod, type PublicKeyAuthMethod } from "ssh2";
+import type { AuthMethod, AgentAuthMethod, PublicKeyAuthMethod } from "ssh2";
+import { parseSshKey } from "./ssh2-parts";
 import { SecretValue } from "../common/redact";
 import { SshConfigError } from "./errors";
 import { fingerprintOf } from "./known-hosts";
@@ -44,7 +45,7 @@ export interface ResolvedAuth {
 }
 
 /** A parsed key as a person finds it in authorized_keys: its type and fingerprint. */
-function describeKey(key: ReturnType<typeof utils.parseKey>): string {
+function describeKey(key: ReturnType<typeof parseSshKey>): string {
   if (key instanceof Error) return "";
   const parsed = Array.isArray(key) ? key[0] : key;
   return parsed === undefined ? "" : `${parsed.type} ${fingerprintOf(parsed.getPublicSSH())}`;
@@ -54,7 +55,7 @@ export function resolveAuth(username: string, credentials: SshCredentials = {}):
   const explicitKey = reveal(credentials.privateKey);
   if (explicitKey !== undefined) {
     const passphrase = reveal(credentials.passphrase);
-    const parsed = utils.parseKey(explicitKey, passphrase);
+    const parsed = parseSshKey(explicitKey, passphrase);
     if (parsed instanceof Error) {
       const hint = /passphrase|encrypted|decrypt/i.test(parsed.message)
         ? passphrase === undefined
@@ -84,7 +85,7 @@ export function resolveAuth(username: string, credentials: SshCredentials = {}):
     } catch {
       continue;
     }
-    const parsed = utils.parseKey(text);
+    const parsed = parseSshKey(text);
     // Encrypted default keys need a passphrase we do not have; ssh would prompt, we skip.
     if (parsed instanceof Error) continue;
     const method: PublicKeyAuthMethod = { type: "publickey", username, key: parsed };

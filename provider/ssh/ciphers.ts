@@ -17,8 +17,8 @@
  * list it allows, so its policy (sshd_config `Ciphers`) still decides what is
  * permitted. Host key algorithms are a separate list, pinned by known_hosts.
  */
-import { createRequire } from "node:module";
 import type { NegotiatedAlgorithms } from "ssh2";
+import { ssh2File } from "./ssh2-parts";
 
 export interface Ssh2CryptoFacts {
   /** ssh2's default cipher list, in its order (already filtered to what Node's OpenSSL has). */
@@ -56,9 +56,8 @@ export function ssh2CryptoFacts(): Ssh2CryptoFacts | null {
   if (facts !== undefined) return facts;
   facts = null;
   try {
-    const load = createRequire(require.resolve("ssh2"));
-    const constants = load("./protocol/constants.js") as { DEFAULT_CIPHER?: unknown };
-    const crypto = load("./protocol/crypto.js") as { bindingAvailable?: unknown };
+    const constants = ssh2File("./protocol/constants.js") as { DEFAULT_CIPHER?: unknown };
+    const crypto = ssh2File("./protocol/crypto.js") as { bindingAvailable?: unknown };
     const list = constants.DEFAULT_CIPHER;
     if (
       Array.isArray(list) &&

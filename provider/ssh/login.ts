@@ -10,7 +10,7 @@ import { connect, type Socket } from "node:net";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import type { Duplex } from "node:stream";
-import { Client, type ClientChannel, type ConnectConfig } from "ssh2";
+import type { Client, ClientChannel, ConnectConfig } from "ssh2";
 import { bareHost, hostAndPort } from "./address";
 import { resolveAuth } from "./auth";
 import { cipherOffer, linkAlgorithms, ssh2CryptoFacts, type SshLinkAlgorithms } from "./ciphers";
@@ -24,6 +24,7 @@ import {
   verifyHostKey,
   type KnownHostEntry,
 } from "./known-hosts";
+import { Ssh2Client } from "./ssh2-parts";
 
 export interface SshLoginOptions {
   /** TCP connect + key exchange + authentication. Default 20 s. */
@@ -178,7 +179,7 @@ export function dialOneHop(
   const plan = planLogin(given, options);
   const { where, handshakeTimeoutMs, config } = plan;
   return new Promise<Client>((resolve, reject) => {
-    const client = new Client();
+    const client = new Ssh2Client();
     const link: { socket?: Socket } = {};
     let settled = false;
     const finish = (error?: Error): void => {
