@@ -213,27 +213,34 @@ function checkFirmware(wants: PreflightWants, facts: HostFacts): Finding {
       hostHas: "BIOS (SeaBIOS, always there)",
       fix: [],
     };
-  if (!caps.ok) return unknown("firmware", input, wanted, "no domain capabilities");
+  // Without KVM the answer is the emulation's: the same OVMF serves both domain types, and the fix
+  // for the domain type (domainType: "qemu") keeps the firmware asked for.
+  const answered = caps.ok ? caps : facts.emulationCaps;
+  if (answered === undefined || !answered.ok)
+    return unknown("firmware", input, wanted, "no domain capabilities");
+  const from = caps.ok
+    ? ""
+    : `; answered for software emulation (domainType "qemu"): this host has no KVM`;
   const ovmfFix = [
     "apt install ovmf (Debian/Ubuntu; dnf install edk2-ovmf on Fedora/RHEL), then restart libvirtd",
     'or set firmware: "bios"',
   ];
-  if (!caps.value.efi)
+  if (!answered.value.efi)
     return {
       check: "firmware",
       status: "fail",
       input,
       wanted,
-      hostHas: "no UEFI firmware (OVMF) for QEMU",
+      hostHas: `no UEFI firmware (OVMF) for QEMU${from}`,
       fix: ovmfFix,
     };
-  if (!caps.value.efiWithoutSecureBoot)
+  if (!answered.value.efiWithoutSecureBoot)
     return {
       check: "firmware",
       status: "fail",
       input,
       wanted,
-      hostHas: "only Secure Boot UEFI firmware, and stock cloud images are booted with it off",
+      hostHas: `only Secure Boot UEFI firmware, and stock cloud images are booted with it off${from}`,
       fix: ovmfFix,
     };
   return {
@@ -241,7 +248,7 @@ function checkFirmware(wants: PreflightWants, facts: HostFacts): Finding {
     status: "ok",
     input,
     wanted,
-    hostHas: "UEFI firmware (OVMF)",
+    hostHas: `UEFI firmware (OVMF)${from}`,
     fix: [],
   };
 }

@@ -100,7 +100,7 @@ function runScript(scenario: Scenario, times = 1): Outcome[] {
 }
 
 describe("guest-agent vendor script", function () {
-  this.timeout(30_000);
+  this.timeout(120_000);
 
   before(() => {
     // The checks below rely on the host having no agent of its own.

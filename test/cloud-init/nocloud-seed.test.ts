@@ -42,7 +42,7 @@ const userMime = [
 ].join("\n");
 
 describe("NoCloud seed read by cloud-init's own code", function () {
-  this.timeout(60_000);
+  this.timeout(120_000);
 
   it("names the instance and the host after the VM in meta-data", () => {
     const view = readSeedWithCloudInit({ vmName: "proxy-abc123", userData: "#cloud-config\n" });

@@ -29,7 +29,7 @@ const SETTINGS: SquidSettings = {
 };
 
 describe("squid cloud-init (the pool's default user-data)", function () {
-  this.timeout(60_000);
+  this.timeout(120_000);
   let scratch: string;
   beforeEach(() => (scratch = mkdtempSync(join(tmpdir(), "squid-cloud-init-"))));
   afterEach(() => rmSync(scratch, { recursive: true, force: true }));

@@ -49,7 +49,7 @@ function runCheck(args: string[], stdin?: string, env: Record<string, string> = 
 }
 
 describe("egress-proxies check against loopback proxies", function () {
-  this.timeout(60_000);
+  this.timeout(120_000);
   const servers: RunningServer[] = [];
   let echo: RunningServer;
   let tunnelTarget: RunningServer;

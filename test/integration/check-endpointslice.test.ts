@@ -117,7 +117,7 @@ async function untilPatchedAndReported(
 }
 
 describe("egress-proxies check --serve --endpointslice keeps the slice's readiness current", function () {
-  this.timeout(60_000);
+  this.timeout(120_000);
   const servers: RunningServer[] = [];
   let exporter: RunningExporter | undefined;
   let api: Awaited<ReturnType<typeof startApiServer>> | undefined;

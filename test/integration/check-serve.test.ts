@@ -31,7 +31,7 @@ import { assertPromtoolInstalled, promtool } from "../support/promtool";
 const AUTH = { user: "crawler", password: "s3cret horse" };
 
 describe("egress-proxies check --serve as a long-lived exporter", function () {
-  this.timeout(60_000);
+  this.timeout(120_000);
   const servers: RunningServer[] = [];
   let exporter: RunningExporter | undefined;
   let dir: string;

@@ -28,7 +28,7 @@ async function drain(body: NodeJS.ReadableStream): Promise<Buffer> {
 }
 
 describe("image download over HTTP", function () {
-  this.timeout(20_000);
+  this.timeout(120_000);
   let server: Server;
   let base: string;
   const methods: string[] = [];
@@ -199,7 +199,7 @@ describe("image download over HTTP", function () {
 });
 
 describe("image download redirects are untrusted", function () {
-  this.timeout(20_000);
+  this.timeout(120_000);
   const servers: Server[] = [];
   /** "host:port/path" of every request any of the servers saw. */
   const seen: string[] = [];

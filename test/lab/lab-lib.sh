@@ -108,6 +108,15 @@ pick_subnet() { # pick_subnet [EXCLUDED_CIDR]...
 # ($2/etc, $2/run, $2/var-lib, $2/var-cache, $2/var-log): a lab's daemons never write to the machine's
 # /etc/libvirt or /var/lib/libvirt. $3 is a shell command run there first (extra mounts), or "". The
 # mount points must exist (the packages make all but /run/libvirt: make_dir_undone it first).
+#
+# There, /dev/kvm (when the machine has one) is an empty file that nobody may open for writing (mode
+# 000, on a read-only bind mount, so not even root: access(W_OK) says EROFS), so libvirt finds KVM
+# unusable and offers only `qemu` guests, as on a machine without /dev/kvm. Not /dev/null: a node that
+# opens passes libvirt's "KVM usable" test while QEMU's probe finds no KVM, and libvirt then throws its
+# capability cache away and probes QEMU again on every lookup (a define took 24-50 s). The labs'
+# guests are emulated anyway; hiding KVM gives every machine, with KVM or without, the same host to
+# test against (the doctor's rows, the domain types the capabilities list), and proves the no-KVM
+# path on every run. require_no_kvm checks that the daemon sees it so.
 in_private_root() { # in_private_root NETNS ROOT SETUP COMMAND...
   local ns=$1 root=$2 setup=$3
   shift 3
@@ -115,7 +124,21 @@ in_private_root() { # in_private_root NETNS ROOT SETUP COMMAND...
     R=$1 SETUP=$2; shift 2
     mount --bind "$R/etc" /etc/libvirt && mount --bind "$R/run" /run/libvirt &&
       mount --bind "$R/var-lib" /var/lib/libvirt && mount --bind "$R/var-cache" /var/cache/libvirt &&
-      mount --bind "$R/var-log" /var/log/libvirt && eval "$SETUP" && exec "$@"' sh "$root" "$setup" "$@"
+      mount --bind "$R/var-log" /var/log/libvirt &&
+      { [ ! -e /dev/kvm ] || { rm -f "$R/no-kvm" && mknod -m 000 "$R/no-kvm" c 1 3 &&
+        mount --bind "$R/no-kvm" /dev/kvm; }; } &&
+      eval "$SETUP" && exec "$@"' sh "$root" "$setup" "$@"
+}
+
+# Fails unless the lab's libvirtd (reached with the virsh command line in "$@") offers no KVM guests:
+# every lab is a host without KVM, whatever this machine has (in_private_root).
+require_no_kvm() { # require_no_kvm VIRSH...
+  local caps
+  caps=$("$@" capabilities) || fail "virsh capabilities failed on the lab's libvirtd; see $LOGS"
+  if grep -q "<domain type='kvm'" <<<"$caps"; then
+    fail "the lab's libvirtd offers KVM guests although /dev/kvm is hidden from it; see $LOGS"
+  fi
+  grep -q "<domain type='qemu'" <<<"$caps" || fail "the lab's libvirtd offers no qemu (emulated) guests; see $LOGS"
 }
 
 # The private root's /etc/libvirt: the packages' configuration files, without the machine's pools,

@@ -85,16 +85,7 @@ ip -n "$NS" link add "$BR" type bridge
 ip -n "$NS" link set "$BR" up
 ip -n "$NS" addr add "$SUBNET.1/24" dev "$BR"
 
-# ---- 2. /dev/kvm permissions -----------------------------------------------------------------------
-# Without udev, a /dev/kvm node may be root-only. libvirt probes QEMU as root (KVM works) but checks the
-# cached probe as the qemu user (KVM unusable), so it throws the cache away and re-probes QEMU for
-# 4-8 s on every define, start and capabilities call. Give the node the ownership udev would.
-if [ -c /dev/kvm ] && getent group kvm >/dev/null && [ "$(stat -c %G:%a /dev/kvm)" != kvm:660 ]; then
-  remember_undo chown "$(stat -c %U:%G /dev/kvm)" /dev/kvm
-  remember_undo chmod "$(stat -c %a /dev/kvm)" /dev/kvm
-  chgrp kvm /dev/kvm && chmod 660 /dev/kvm && log "/dev/kvm given to group kvm (mode 660), as udev would"
-fi
-
+# ---- 2. /dev/kvm: nothing to do; the daemons never see it (in_private_root, lab-lib.sh) ---------------
 # ---- 3. virtlogd + libvirtd inside the netns, on private libvirt state ----------------------------------
 make_private_root "$ROOT"
 make_dir_undone /run/libvirt # the mount point of the private /run/libvirt, and home of the socket links
@@ -119,6 +110,9 @@ done
 V="virsh -q -c qemu:///system"
 wait_for 150 libvirtd $V uri
 log "libvirtd ready in $(ms_since "$t") ms"
+# shellcheck disable=SC2086 # $V is a command line
+require_no_kvm $V
+log "libvirtd offers qemu (emulated) guests only: no KVM, as on a machine without /dev/kvm"
 
 # ---- 4. storage pools ------------------------------------------------------------------------------
 define_pool() { # define_pool NAME PATH

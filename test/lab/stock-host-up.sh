@@ -195,6 +195,7 @@ LIBVIRT_LOG_OUTPUTS="3:file:$LOGS/libvirtd.log" start_daemon "$LOGS/libvirtd.out
 wait_for 150 libvirtd V uri
 wait_for 50 libvirtd test -s "$STOCK/libvirtd.pid"
 record libvirtd "$(cat "$STOCK/libvirtd.pid")"
+require_no_kvm V
 [ "$(stat -c %G:%a "$SOCK")" = libvirt:770 ] || fail "$SOCK is $(stat -c %G:%a "$SOCK"), not libvirt:770"
 
 # ---- 4. sshd on 127.0.0.1:$SSH_PORT for the non-root user --------------------------------------------

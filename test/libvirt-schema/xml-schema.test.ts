@@ -47,7 +47,7 @@ function validate(xml: string, kind: "domain" | "storagevol"): void {
 }
 
 describe("XML accepted by libvirt's own schemas (virt-xml-validate)", function () {
-  this.timeout(30_000);
+  this.timeout(120_000);
   const variants: Array<[string, Partial<DomainSpec>]> = [
     ["UEFI on a bridge with host-passthrough", {}],
     [

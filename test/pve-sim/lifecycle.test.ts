@@ -394,7 +394,7 @@ function listeningServer(): Promise<Server> {
 
 describe("ProxmoxProxy create: a clone that outlives the create timeout", function () {
   // The shortest create timeout the schema allows is 10 s; the clone takes longer.
-  this.timeout(30_000);
+  this.timeout(120_000);
   const env = useSimulator({ taskMs: { qmclone: 10_500 } });
 
   it("records the VM as partially created instead of forgetting it", async () => {

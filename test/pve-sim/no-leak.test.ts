@@ -147,7 +147,7 @@ describe("ProxmoxProxy create never leaks (failures injected in the simulator)",
   }
 
   it("a deadline that passes while the clone task runs records the clone; the next up waits for it and continues", async function () {
-    this.timeout(60_000);
+    this.timeout(120_000);
     const news = await request("noleak-slowclone", {
       timeouts: { createSeconds: 10, readySeconds: 5, deleteSeconds: 30 },
     });

@@ -28,7 +28,7 @@ interface JsonReport {
 }
 
 describe("reaper against the Proxmox simulator", function () {
-  this.timeout(60_000);
+  this.timeout(120_000);
   const env = useSimulator({ agentDelayMs: 5 });
   let workDir: string;
   beforeEach(() => (workDir = mkdtempSync(join(tmpdir(), "reaper-pve-"))));

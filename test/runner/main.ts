@@ -45,11 +45,18 @@ interface MochaOptions {
   /**
    * At a lower CPU priority, so the lab's guests (qemu under TCG, on the
    * critical path and bound by boot deadlines) get the cores first and these
-   * suites fill what is left. Such a process may wait for a core, so mocha's
-   * per-test safety net (not a timing assertion) is wider.
+   * suites fill what is left.
    */
   niced?: boolean;
 }
+
+/**
+ * Mocha's per-test timeout is a safety net against a hang, never a verdict: a test that waits for a
+ * condition may wait long on a machine whose cores are busy (four emulated guests booting beside a
+ * shard made a 20 s net fail a passing CLI test on such a machine). So the net is wide everywhere, and
+ * suites that set their own set at least as much (120 s).
+ */
+const MOCHA_SAFETY_NET_MS = "120000";
 
 function mocha(name: string, specs: readonly Spec[], options: MochaOptions = {}): StepSpec {
   const niced = options.niced ?? false;
@@ -58,7 +65,7 @@ function mocha(name: string, specs: readonly Spec[], options: MochaOptions = {})
     "--no-config",
     "--enable-source-maps",
     "--timeout",
-    niced ? "60000" : "20000",
+    MOCHA_SAFETY_NET_MS,
     "--reporter",
     options.reporter ?? "spec",
     "--exit",

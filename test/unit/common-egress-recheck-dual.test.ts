@@ -23,7 +23,7 @@ import {
 const AUTH = { user: "crawler", password: "dual secret" };
 
 describe("egress re-check of a dual-stack proxy (both families, concurrently)", function () {
-  this.timeout(30_000);
+  this.timeout(120_000);
   let echo4: RunningServer;
   let echo6: RunningServer;
   let proxy4: ForwardProxy;

@@ -20,7 +20,7 @@ import {
 const AUTH = { user: "crawler", password: "recheck secret" };
 
 describe("egress re-check on refresh (common/egress-recheck.ts)", function () {
-  this.timeout(30_000);
+  this.timeout(120_000);
   let echo: RunningServer;
   let proxy: ForwardProxy;
 

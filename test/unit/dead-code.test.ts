@@ -24,7 +24,7 @@ const PUBLIC_FACES = [
 ];
 
 describe("no dead code", function () {
-  this.timeout(60_000);
+  this.timeout(120_000);
   let program: ts.Program;
   let checker: ts.TypeChecker;
   let ours: ts.SourceFile[];

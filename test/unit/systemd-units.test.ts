@@ -35,7 +35,7 @@ function verify(root: string, units: string[]): string {
 }
 
 describe("docs/systemd units", function () {
-  this.timeout(60_000);
+  this.timeout(120_000);
   let root: string;
   const units = readdirSync(UNITS).filter((name) => /\.(service|timer)$/.test(name));
 

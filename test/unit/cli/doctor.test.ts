@@ -12,7 +12,7 @@ const BIN = resolve(__dirname, "..", "..", "..", "cli", "main.js");
 function egressProxies(args: string[], env: NodeJS.ProcessEnv = process.env) {
   const result = spawnSync(process.execPath, [BIN, ...args], {
     encoding: "utf8",
-    timeout: 30_000,
+    timeout: 120_000,
     env,
   });
   return { status: result.status, stdout: result.stdout, stderr: result.stderr };
@@ -51,7 +51,7 @@ describe("egress-proxies command line", () => {
     ];
     for (const [name, bin] of bins) {
       const run = (args: string[]) =>
-        spawnSync(process.execPath, [bin, ...args], { encoding: "utf8", timeout: 30_000 });
+        spawnSync(process.execPath, [bin, ...args], { encoding: "utf8", timeout: 120_000 });
       const plain = run(["--version"]);
       assert.equal(plain.status, 0, plain.stderr);
       assert.equal(plain.stdout, `${name} ${manifest.version}\n`);

@@ -123,7 +123,7 @@ const STATIC = (name: string, urls: string[], extra: Record<string, unknown> = {
 });
 
 describe("EgressProxyPool (under Pulumi mocks)", function () {
-  this.timeout(30_000);
+  this.timeout(120_000);
   let pool: typeof poolModule;
   let project: ConsumerProject;
 

@@ -550,7 +550,7 @@ describe("root program: stack config", () => {
   }
 
   it("the built root program declares the pool and serializes providers as requires of the package", function () {
-    this.timeout(60_000);
+    this.timeout(120_000);
     const { out, err, status } = runRootProgram({});
     assert.equal(status, 0, err);
     const seen = JSON.parse(out.trim().split("\n").at(-1)!) as Array<{
@@ -566,7 +566,7 @@ describe("root program: stack config", () => {
   });
 
   it("the built root program stops on a bad config before declaring anything, each problem said once", function () {
-    this.timeout(60_000);
+    this.timeout(120_000);
     const pool = {
       count: 2,
       backends: [

@@ -259,6 +259,56 @@ describe("preflight decisions", () => {
     assert.match(domainType.fix[1]!, /modprobe kvm_intel/);
   });
 
+  it("without KVM answers the firmware row from the emulation's capabilities, OK or FAIL with the fix", () => {
+    const noKvm = {
+      ok: false as const,
+      problem: "KVM is not supported by '/usr/bin/qemu-system-x86_64' on this host",
+    };
+    const withOvmf = byCheck(
+      decidePreflight(WANTS, {
+        ...READY,
+        domainCaps: noKvm,
+        emulationCaps: { ok: true, value: caps({ domainType: "qemu" }) },
+      }),
+      "firmware",
+    );
+    assert.equal(withOvmf.status, "ok");
+    assert.match(
+      withOvmf.hostHas,
+      /^UEFI firmware \(OVMF\); answered for software emulation \(domainType "qemu"\): this host has no KVM$/,
+    );
+    assert.deepEqual(withOvmf.fix, []);
+
+    const withoutOvmf = byCheck(
+      decidePreflight(WANTS, {
+        ...READY,
+        domainCaps: noKvm,
+        emulationCaps: {
+          ok: true,
+          value: caps({ domainType: "qemu", efi: false, efiWithoutSecureBoot: false }),
+        },
+      }),
+      "firmware",
+    );
+    assert.equal(withoutOvmf.status, "fail");
+    assert.match(
+      withoutOvmf.hostHas,
+      /^no UEFI firmware \(OVMF\) for QEMU; answered for software emulation/,
+    );
+    assert.match(withoutOvmf.fix[0]!, /^apt install ovmf/);
+
+    // A host with KVM answers from KVM's own capabilities and says nothing of emulation.
+    const withKvm = byCheck(decidePreflight(WANTS, READY), "firmware");
+    assert.equal(withKvm.status, "ok");
+    assert.equal(withKvm.hostHas, "UEFI firmware (OVMF)");
+    // Neither kind of capabilities: the host cannot tell.
+    const neither = byCheck(
+      decidePreflight(WANTS, { ...READY, domainCaps: noKvm, emulationCaps: noKvm }),
+      "firmware",
+    );
+    assert.equal(neither.status, "unknown");
+  });
+
   it("without any QEMU for x86_64 q35 asks for qemu-system-x86", () => {
     const domainType = byCheck(
       decidePreflight(WANTS, {

@@ -216,7 +216,7 @@ class ScriptedReadInto implements ReadIntoSource {
 }
 
 describe("stream state machines under random event orders (property)", function () {
-  this.timeout(30_000);
+  this.timeout(120_000);
   for (const kind of ["upload", "upload-file", "download"] as const) {
     it(`${kind}: always settles exactly once by the deadline, never sends data after failing`, async () => {
       await fc.assert(

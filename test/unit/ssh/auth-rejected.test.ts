@@ -21,7 +21,7 @@ import { publicLine, rejectionOf } from "../../support/rejection";
 import { sshKeyPair } from "../../support/ssh-keys";
 
 describe("ssh: a host that refuses the credentials is asked once", function () {
-  this.timeout(30_000);
+  this.timeout(120_000);
   const hostKey = sshKeyPair();
   const clientKey = sshKeyPair();
   let server: Server;

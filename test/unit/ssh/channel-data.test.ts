@@ -39,7 +39,7 @@ interface HostBehaviour {
 }
 
 describe("ssh: channel data sealed by us", function () {
-  this.timeout(30_000);
+  this.timeout(120_000);
   const hostKey = sshKeyPair();
   const clientKey = sshKeyPair();
 

@@ -14,7 +14,7 @@ import { publicLine, rejectionOf } from "../../support/rejection";
 import { sshKeyPair } from "../../support/ssh-keys";
 
 describe("ssh: the libvirt forward after login", function () {
-  this.timeout(20_000);
+  this.timeout(120_000);
   const hostKey = sshKeyPair();
   const clientKey = sshKeyPair();
 

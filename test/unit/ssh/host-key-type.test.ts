@@ -14,7 +14,7 @@ import { publicLine, rejectionOf } from "../../support/rejection";
 import { sshKeyPair } from "../../support/ssh-keys";
 
 describe("ssh: a host that no longer offers the pinned host-key type", function () {
-  this.timeout(20_000);
+  this.timeout(120_000);
   const ecdsaHostKey = sshKeyPair("ecdsa");
   const client = sshKeyPair();
   let server: Server;
