@@ -7,7 +7,10 @@
  * CPU over the same span, "maxRssMb": peak RSS, "loadedRssMb": RSS with the
  * modules loaded and nothing done yet, "ssh": the negotiated cipher
  * and MAC and whether ssh2's native binding loaded, "sealing": who encrypted
- * the channel's data packets}.
+ * the channel's data packets} once the upload is done, then waits for a line
+ * on stdin (or its end) before it closes the connection: meanwhile the bench
+ * reads what the lab's sshd process serving this connection spent, which it
+ * can no longer once the connection is gone (upload-host-cpu.ts).
  */
 import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
@@ -79,7 +82,6 @@ async function main(): Promise<void> {
   await conn.upload({ vol }, await repeatedFile(file, times), { timeoutMs: 600_000 });
   const ms = performance.now() - started;
   const cpu = process.cpuUsage(cpuBefore);
-  await conn.close();
   console.log(
     JSON.stringify({
       ms,
@@ -91,6 +93,23 @@ async function main(): Promise<void> {
       sealing: sealing && sealing.counts.sealed > 0 ? "ours" : "ssh2",
     }),
   );
+  await goAhead();
+  await conn.close();
+}
+
+/** Resolves at the first line on stdin, or at its end (the bench went away). */
+function goAhead(): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      process.stdin.destroy();
+      resolve();
+    };
+    process.stdin.on("data", (chunk: Buffer) => {
+      if (chunk.includes(0x0a)) done();
+    });
+    process.stdin.once("end", done);
+    process.stdin.once("error", done);
+  });
 }
 
 main().catch((error: unknown) => {

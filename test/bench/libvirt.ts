@@ -12,6 +12,10 @@
  *   read through fileUploadSource (straight into the upload's frames); the
  *   lines `bench ssh_cipher=…`, `ssh_mac=…`, `ssh_native_binding=…`,
  *   `ssh_channel_sealing=…` say what our link negotiated and who sealed it;
+ *   and what the host side (the lab's sshd and libvirtd) spent on our upload,
+ *   from /proc (upload-host-cpu.ts), with our wall time against it: the goal
+ *   (goals.ts) is stated against the host's own cost, the ratios to virsh and
+ *   ssh cat are printed for information;
  * - reading the metadata element of 500 domains through our client
  *   (one list call, then the reads pipelined) beside one virsh process
  *   running the same 500 `metadata` commands; connecting is timed in both.
@@ -36,6 +40,7 @@ import { openLibvirtOverSsh } from "../../provider/ssh";
 import { labSshTarget } from "../lab/ssh-helpers";
 import { stopWhatThisProcessStarted, useLab, type LabEnv } from "../lab/lab";
 import { median, printBench, printBenchFact, timeMsAsync } from "./measure";
+import { closeHostCpuWindow, openHostCpuWindow, type HostCpu } from "./upload-host-cpu";
 
 const run = promisify(execFile);
 const MIB = 1024 * 1024;
@@ -108,25 +113,68 @@ interface UploadChildReport {
   sealing?: string;
 }
 
-/** Our upload, in a process of its own so its peak RSS is the upload's alone. */
-async function uploadInChild(
+/**
+ * Our upload, in a process of its own so its peak RSS is the upload's alone.
+ * The process reports once the upload is done and keeps its connection open
+ * until `whileOpen` has run (libvirt-upload-child.ts), then closes it and exits.
+ */
+function uploadInChild(
   lab: LabEnv,
   file: string,
   volumeName: string,
   times = 1,
+  whileOpen: (report: UploadChildReport) => void = () => {},
 ): Promise<UploadChildReport> {
-  const { stdout } = await run(
-    process.execPath,
-    [
-      join(__dirname, "libvirt-upload-child.js"),
-      join(lab.labDir, "env.json"),
-      file,
-      volumeName,
-      String(times),
-    ],
-    { timeout: 600_000 },
-  );
-  return JSON.parse(stdout.trim().split("\n").pop()!) as UploadChildReport;
+  return new Promise((resolve, reject) => {
+    const child = spawn(
+      process.execPath,
+      [
+        join(__dirname, "libvirt-upload-child.js"),
+        join(lab.labDir, "env.json"),
+        file,
+        volumeName,
+        String(times),
+      ],
+      { stdio: ["pipe", "pipe", "pipe"] },
+    );
+    let stdout = "";
+    let stderr = "";
+    let report: UploadChildReport | undefined;
+    let answered = false;
+    let failure: unknown;
+    const timer = setTimeout(() => {
+      failure ??= new Error("the upload process took more than 600 s");
+      child.kill("SIGKILL");
+    }, 600_000);
+    child.stderr.on("data", (data: Buffer) => (stderr += data.toString()));
+    // A child that died before reading our line: its exit status says so (below), not an EPIPE here.
+    child.stdin.on("error", () => {});
+    child.stdout.on("data", (data: Buffer) => {
+      stdout += data.toString();
+      // The report is the first whole line that is a JSON object.
+      const line = /^\{.*\n/m.exec(stdout)?.[0];
+      if (answered || line === undefined) return;
+      answered = true;
+      try {
+        report = JSON.parse(line) as UploadChildReport;
+        whileOpen(report);
+      } catch (error) {
+        failure ??= error;
+      }
+      child.stdin.end("close\n");
+    });
+    child.on("error", (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    child.on("close", (code, signal) => {
+      clearTimeout(timer);
+      if (failure !== undefined) reject(failure);
+      else if (code !== 0 || report === undefined)
+        reject(new Error(`the upload process exited ${code ?? signal}: ${stderr}${stdout}`));
+      else resolve(report);
+    });
+  });
 }
 
 /** What our upload link negotiated, as facts of the run (printed and kept in bench-results.json). */
@@ -145,6 +193,8 @@ async function benchUpload(lab: LabEnv, file: string): Promise<void> {
   const volumeName = "egress-bench-upload";
   const ours: number[] = [];
   const oursCpuMsPerMib: number[] = [];
+  const hostCpu: HostCpu[] = [];
+  const oursVsHostCpu: number[] = [];
   const virsh: number[] = [];
   const ssh: number[] = [];
   let peakRssMb = 0;
@@ -153,10 +203,18 @@ async function benchUpload(lab: LabEnv, file: string): Promise<void> {
   try {
     for (let round = 0; round < UPLOAD_ROUNDS; round++) {
       await recreateVolume(conn, pool, volumeName, UPLOAD_BYTES);
-      const child = await uploadInChild(lab, file, volumeName);
+      // The host side's CPU from just before the dial to the end of the upload, read while the
+      // connection's sshd process still lives (upload-host-cpu.ts says why then and what is counted).
+      const window = openHostCpuWindow(lab);
+      let host: HostCpu | undefined;
+      const child = await uploadInChild(lab, file, volumeName, 1, () => {
+        host = closeHostCpuWindow(window);
+      });
       if (round === 0) recordSshLink(child);
       ours.push(child.ms);
       oursCpuMsPerMib.push(child.cpuMs / (UPLOAD_BYTES / MIB));
+      hostCpu.push(host!);
+      oursVsHostCpu.push(child.ms / (host!.sshdMs + host!.libvirtdMs));
       peakRssMb = Math.max(peakRssMb, child.maxRssMb);
       loadedRssMb = Math.max(loadedRssMb, child.loadedRssMb ?? 0);
 
@@ -208,8 +266,17 @@ async function benchUpload(lab: LabEnv, file: string): Promise<void> {
   printBench("upload_512mib_ours_ms", oursMs);
   printBench("upload_512mib_virsh_ms", virshMs);
   printBench("upload_512mib_ssh_cat_ms", sshMs);
+  // What the host must spend on our upload whoever sends it (sshd + libvirtd), and our wall time
+  // against it, round by round (the same upload on both sides), the median of the rounds: no
+  // client can take less time than the host's own CPU when the host has one core for it.
+  printBench("upload_host_cpu_ms", median(hostCpu.map((host) => host.sshdMs + host.libvirtdMs)));
+  printBench("upload_host_sshd_cpu_ms", median(hostCpu.map((host) => host.sshdMs)));
+  printBench("upload_host_libvirtd_cpu_ms", median(hostCpu.map((host) => host.libvirtdMs)));
+  printBench("upload_ratio_vs_host_cpu", median(oursVsHostCpu));
+  // Information (no goal): they compare the hosts' paths as much as the clients (docs/libvirt-rpc.md).
   printBench("upload_time_ratio_vs_virsh", oursMs / virshMs);
   printBench("upload_time_ratio_vs_ssh", oursMs / sshMs);
+  // Our client's own cost, which bounds the upload on a host with cores to spare.
   printBench("upload_ours_cpu_ms_per_mib", median(oursCpuMsPerMib));
   printBench("upload_peak_rss_mb", peakRssMb);
   // The part of the peak that is not the upload's: Node, this package and ssh2 loaded, nothing done.

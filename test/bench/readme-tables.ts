@@ -23,12 +23,18 @@ export interface BenchRun {
     loadAverageAtEnd: number[];
   };
   facts: Record<string, string>;
-  goals: { key: string; goal: string; value?: number; verdict: "met" | "missed" | "not run" }[];
+  goals: {
+    key: string;
+    goal: string;
+    value?: number;
+    verdict: "met" | "missed" | "not run" | "info";
+  }[];
 }
 
 export const TABLES_MARKER = "<!-- BENCH TABLES";
 
-const VERDICT_MARK = { met: "✔", missed: "✘", "not run": "not run" } as const;
+/** An information row (no goal) shows its value alone. */
+const VERDICT_MARK = { met: "✔ ", missed: "✘ ", "not run": "not run ", info: "" } as const;
 
 export function parseBenchRun(text: string, source: string): BenchRun {
   const run = JSON.parse(text) as Partial<BenchRun>;
@@ -54,7 +60,10 @@ function describeRun(run: BenchRun): string {
   );
 }
 
-/** One table with a column per run: each goal's value and verdict side by side. */
+/**
+ * One table with a column per run: each goal's value and verdict side by side
+ * (an information row's value alone, and not counted among the goals).
+ */
 export function renderTables(runs: readonly BenchRun[]): string {
   if (runs.length === 0)
     throw new Error("no bench results given: pass one or more bench-results.json files");
@@ -72,15 +81,16 @@ export function renderTables(runs: readonly BenchRun[]): string {
     ...runs.map((run) => {
       const goal = run.goals.find((candidate) => candidate.key === key);
       if (goal === undefined || goal.value === undefined) return "not run";
-      return `${VERDICT_MARK[goal.verdict]} ${goal.value}`;
+      return `${VERDICT_MARK[goal.verdict]}${goal.value}`;
     }),
     // A goal relative to another figure differs per run ("≤ 3 × check_1_proxy_seconds = 1.18"): keep its rule only.
     (goalText.get(key) ?? "").replace(/ = .*$/, ""),
   ]);
   const line = (cells: string[]): string => `| ${cells.join(" | ")} |`;
   const met = runs.map((run) => {
-    const count = run.goals.filter((goal) => goal.verdict === "met").length;
-    return `Node.js ${run.node}: ${count} of ${run.goals.length} goals met`;
+    const goals = run.goals.filter((goal) => goal.verdict !== "info");
+    const count = goals.filter((goal) => goal.verdict === "met").length;
+    return `Node.js ${run.node}: ${count} of ${goals.length} goals met`;
   });
   return [
     ...runs.map((run) => `- ${describeRun(run)}`),

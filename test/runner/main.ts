@@ -11,7 +11,8 @@
  *     claimed Node.js and SDKs).
  * Whatever happens (a failure, Ctrl-C, SIGTERM), it then tears both labs down
  * completely, snapshots the machine again and fails the run on any
- * difference, printing it. It ends with a timing table, a "N passed,
+ * difference it made and did not undo, printing it (what other programs did
+ * meanwhile is printed as ignored). It ends with a timing table, a "N passed,
  * N failed" line and `tests wall_seconds=<n>`.
  *
  * Quick run (`--quick`): the suites that need no root and no lab, in
@@ -263,10 +264,14 @@ async function quickRun(floorOnly: boolean): Promise<number> {
   return ok ? 0 : 1;
 }
 
-function snapshotMachine(file: string): void {
+/**
+ * The machine's state into `file` (test/machine-state.sh): the runner's own
+ * tree left out, processes carrying EGRESS_TEST_RUN=`run` counted as the run's.
+ */
+function snapshotMachine(file: string, run: string): void {
   execFileSync(
     "bash",
-    [join(REPO, "test", "machine-state.sh"), "snapshot", file, String(process.pid)],
+    [join(REPO, "test", "machine-state.sh"), "snapshot", file, String(process.pid), run],
     {
       stdio: ["ignore", "inherit", "inherit"],
     },
@@ -309,14 +314,19 @@ async function fullRun(): Promise<number> {
   const before = join(WORK, "machine-before.txt");
   const after = join(WORK, "machine-after.txt");
 
+  // Every process the run starts, from the first teardown on, carries EGRESS_TEST_RUN: both snapshots
+  // count a process as the run's by it (or by a /tmp/egress- path on its command line), so one left
+  // running is found and other programs' are not.
+  const run = String(process.pid);
+  process.env.EGRESS_TEST_RUN = run;
   await tearDownLabs("leftovers");
-  snapshotMachine(before);
+  snapshotMachine(before, run);
   log("machine state recorded; every change the run makes is undone at its end");
-  // Every step's temporary files go to one directory, removed before the machine is compared; every
-  // process a step starts carries EGRESS_TEST_RUN, so one left running is found.
+  // Every step's temporary files go to one directory, removed before the machine is compared: the run
+  // writes directly under /tmp only names starting with egress-, the only new /tmp entries the
+  // comparison holds against it.
   const scratch = mkdtempSync("/tmp/egress-test-run-");
   process.env.TMPDIR = scratch;
-  process.env.EGRESS_TEST_RUN = String(process.pid);
   packOnce(scratch);
 
   let finishing: Promise<number> | undefined;
@@ -324,7 +334,7 @@ async function fullRun(): Promise<number> {
     await stopAll(10_000);
     const labsDown = await tearDownLabs("teardown");
     rmSync(scratch, { recursive: true, force: true });
-    snapshotMachine(after);
+    snapshotMachine(after, run);
     let unchanged = true;
     try {
       execFileSync("bash", [join(REPO, "test", "machine-state.sh"), "diff", before, after], {

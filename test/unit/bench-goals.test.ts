@@ -17,6 +17,9 @@ describe("bench goals: each figure against issue 18's Done when", () => {
     assert.deepEqual(
       GOALS.map((candidate) => candidate.key),
       [
+        "upload_ratio_vs_host_cpu",
+        "upload_host_cpu_ms",
+        "upload_ours_cpu_ms_per_mib",
         "upload_time_ratio_vs_virsh",
         "upload_time_ratio_vs_ssh",
         "upload_peak_rss_mb",
@@ -35,6 +38,46 @@ describe("bench goals: each figure against issue 18's Done when", () => {
       ],
     );
     for (const candidate of GOALS) assert.ok(candidate.issue.length > 0, candidate.key);
+  });
+
+  it("the upload is held to the host's own CPU (≤ 1.10×) and our client to ≤ 1 ms per MiB", () => {
+    const host = goal("upload_ratio_vs_host_cpu");
+    assert.equal(evaluateGoal(host, figures({ upload_ratio_vs_host_cpu: 1.1 })).verdict, "met");
+    assert.equal(
+      evaluateGoal(host, figures({ upload_ratio_vs_host_cpu: 1.101 })).verdict,
+      "missed",
+    );
+    assert.equal(evaluateGoal(host, figures({ upload_ratio_vs_host_cpu: 1.1 })).goal, "≤ 1.1");
+    const client = goal("upload_ours_cpu_ms_per_mib");
+    assert.equal(evaluateGoal(client, figures({ upload_ours_cpu_ms_per_mib: 1 })).verdict, "met");
+    assert.equal(
+      evaluateGoal(client, figures({ upload_ours_cpu_ms_per_mib: 1.5 })).verdict,
+      "missed",
+    );
+  });
+
+  it("the ratios to virsh and ssh cat and the host's CPU are information: no verdict, whatever the value", () => {
+    for (const key of [
+      "upload_time_ratio_vs_virsh",
+      "upload_time_ratio_vs_ssh",
+      "upload_host_cpu_ms",
+    ]) {
+      assert.equal(goal(key).comparison.kind, "information", key);
+      for (const value of [0.1, 0.6, 1000, Number.NaN])
+        assert.deepEqual(evaluateGoal(goal(key), figures({ [key]: value })), {
+          key,
+          goal: "no goal (information)",
+          issue: goal(key).issue,
+          value,
+          verdict: "info",
+        });
+      assert.equal(evaluateGoal(goal(key), figures({})).verdict, "info");
+      assert.equal(evaluateGoal(goal(key), figures({})).value, undefined);
+    }
+    assert.equal(
+      GOALS.filter((candidate) => candidate.comparison.kind === "information").length,
+      3,
+    );
   });
 
   it("a prefix proxy meets its goal at 900 exit addresses per 1000 requests, not at 899", () => {
@@ -139,11 +182,18 @@ describe("bench goals: each figure against issue 18's Done when", () => {
       describeComparison({ kind: "within", fraction: 0.1, of: "upload_peak_rss_mb" }),
       "within 10 % of upload_peak_rss_mb",
     );
+    assert.equal(describeComparison({ kind: "information" }), "no goal (information)");
   });
 
-  it("prints one row per goal with ✔, ✘ or not run, and the count of each", () => {
+  it("prints one row per goal with ✔, ✘, not run or · (information), and the count of each", () => {
     const table = formatGoalTable(
-      evaluateGoals(figures({ pve_api_calls_per_create: 28, pve_parallel10_ratio_vs_one: 1.2 })),
+      evaluateGoals(
+        figures({
+          pve_api_calls_per_create: 28,
+          pve_parallel10_ratio_vs_one: 1.2,
+          upload_time_ratio_vs_virsh: 0.6,
+        }),
+      ),
     );
     const lines = table.split("\n");
     assert.equal(lines.length, GOALS.length + 3);
@@ -159,7 +209,11 @@ describe("bench goals: each figure against issue 18's Done when", () => {
       lines.find((line) => line.includes("reaper_sweep"))!,
       /^not run .* - +≤ 0\.5 /,
     );
-    assert.equal(lines.at(-1), "# goals: 1 met, 1 missed, 13 not run");
+    assert.match(
+      lines.find((line) => line.includes("upload_time_ratio_vs_virsh"))!,
+      /^· .* 0\.6 +no goal \(information\) /,
+    );
+    assert.equal(lines.at(-1), "# goals: 1 met, 1 missed, 13 not run; 3 for information, no goal");
   });
 });
 

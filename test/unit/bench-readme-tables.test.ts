@@ -25,6 +25,12 @@ describe("bench README tables: rendered from bench-results.json, not typed", () 
   const current = run("26.12.1", [
     { key: "upload_time_ratio_vs_virsh", goal: "≤ 0.5", value: 0.7649, verdict: "missed" },
     {
+      key: "upload_time_ratio_vs_ssh",
+      goal: "no goal (information)",
+      value: 0.5351,
+      verdict: "info",
+    },
+    {
       key: "check_200_proxies_seconds",
       goal: "≤ 3 × check_1_proxy_seconds = 1.177",
       value: 0.5479,
@@ -33,6 +39,7 @@ describe("bench README tables: rendered from bench-results.json, not typed", () 
   ]);
   const floor = run("22.23.5", [
     { key: "upload_time_ratio_vs_virsh", goal: "≤ 0.5", verdict: "not run" },
+    { key: "upload_time_ratio_vs_ssh", goal: "no goal (information)", verdict: "info" },
     {
       key: "check_200_proxies_seconds",
       goal: "≤ 3 × check_1_proxy_seconds = 1.193",
@@ -57,6 +64,20 @@ describe("bench README tables: rendered from bench-results.json, not typed", () 
       tables,
       /- Node\.js 26\.12\.1, 2026-12-02 20:06 UTC at f6a2db7: 2 × Xeon, 23\.5 GiB, .*load at the end 1\.28 0\.39 0\.24; SSH aes128-gcm@openssh\.com, native binding no/,
     );
+  });
+
+  it("shows an information row's value alone, and counts it as no goal", () => {
+    const tables = renderTables([current, floor]);
+    assert.match(
+      tables,
+      /^\| `upload_time_ratio_vs_ssh` \| 0\.5351 \| not run \| no goal \(information\) \|$/m,
+    );
+    const onlyInformation = run("26.12.1", [
+      { key: "upload_host_cpu_ms", goal: "no goal (information)", value: 1030, verdict: "info" },
+      { key: "upload_ratio_vs_host_cpu", goal: "≤ 1.1", value: 1.02, verdict: "met" },
+    ]);
+    assert.match(renderTables([onlyInformation]), /Node\.js 26\.12\.1: 1 of 1 goals met\./);
+    assert.match(renderTables([onlyInformation]), /^\| `upload_host_cpu_ms` \| 1030 \| /m);
   });
 
   it("replaces only the Measured section after the marker, keeping what follows", () => {
