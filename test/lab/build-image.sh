@@ -17,17 +17,52 @@
 # NOTE: Debian's *cloud* kernel has no AHCI driver: attach the NoCloud seed cdrom on bus='ide'
 # (i440fx/'pc' machine) or bus='scsi' (virtio-scsi controller, works on q35), NOT bus='sata'.
 #
-# Usage: build-image.sh          build unless cached; print the image's path last
-#        build-image.sh --path   print the path the image has (or will have), build nothing
+# One build at a time per recipe (a lock beside the cache): a second caller waits for the first and then
+# finds its image, so the test command can start the build early and its suites need not know.
+#
+# Usage: build-image.sh             build unless cached; print the image's path last
+#        build-image.sh --path      print the path the image has (or will have), build nothing
+#        build-image.sh --early LOG start the build in the background, as root only, and return at once;
+#                                   its PID goes to LOG.pid (the test command does this before it compiles:
+#                                   on a fresh machine the build is minutes of downloads that need no CPU)
+#        build-image.sh --join LOG  like no argument, after waiting for an --early build and printing its
+#                                   LOG (a failed early build is built again here, its errors shown)
 set -euo pipefail
 RECIPE=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)
 CACHE_ROOT=${EGRESS_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies}/lab-image
 IMG_DIR=$CACHE_ROOT/$RECIPE
 OUT=$IMG_DIR/debian-proxy-base.qcow2
-if [ "${1:-}" = "--path" ]; then
+LOCK=$CACHE_ROOT/$RECIPE.lock
+case "${1:-}" in
+--path)
   echo "$OUT"
   exit 0
-fi
+  ;;
+--early)
+  # The full test command needs root (it says so itself); without root nothing is built early.
+  [ "$(id -u)" = 0 ] || exit 0
+  mkdir -p "$(dirname "$2")"
+  rm -f "$2.pid"
+  # Its own process group, so the test runner can stop all of it by PID when a run is cut short.
+  setsid bash "${BASH_SOURCE[0]}" >"$2" 2>&1 </dev/null &
+  echo $! >"$2.pid"
+  echo "[build-image] building in the background (pid $!) while the project compiles; log: $2"
+  exit 0
+  ;;
+--join)
+  started_wait=$(date +%s)
+  mkdir -p "$CACHE_ROOT"
+  exec 9>"$LOCK"
+  flock 9
+  if [ -f "$2" ]; then
+    echo "[build-image] the early build's log ($2), after $(($(date +%s) - started_wait)) s waiting for it:"
+    sed 's/^/  | /' "$2"
+  fi
+  ;;
+esac
+mkdir -p "$CACHE_ROOT"
+exec 9>"$LOCK"
+flock 9
 if [ -f "$OUT" ] && [ -f "$OUT.sha256" ]; then
   echo "[build-image] cached: $OUT"
   echo "$OUT"
@@ -146,7 +181,7 @@ sha256sum "$WORK/image.qcow2" | cut -d' ' -f1 >"$WORK/image.qcow2.sha256"
 mv "$WORK/image.qcow2" "$OUT"
 mv "$WORK/image.qcow2.sha256" "$OUT.sha256" # last: an image with its digest is complete
 for old in "$CACHE_ROOT"/*; do
-  [ "$old" = "$IMG_DIR" ] || [ "$old" = "$WORK" ] || rm -rf "$old"
+  [ "$old" = "$IMG_DIR" ] || [ "$old" = "$WORK" ] || [ "$old" = "$LOCK" ] || rm -rf "$old"
 done
 qemu-img info "$OUT" | sed -n '1,4p'
 echo "[build-image] built in $(($(date +%s) - started)) s: $OUT"

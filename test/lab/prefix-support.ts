@@ -118,7 +118,9 @@ export async function createLabProxy(
   spread: boolean,
 ): Promise<LabProxy> {
   const { lab } = env;
-  const ipv6 = `${env.prefix6}::a:${randomBytes(2).toString("hex")}`;
+  // In the canonical text form the provider reports (RFC 5952: no leading zeros in a group; as hex
+  // bytes, one run in sixteen began with "0" and failed the comparison).
+  const ipv6 = `${env.prefix6}::a:${(randomBytes(2).readUInt16BE(0) || 1).toString(16)}`;
   const prefixEgress = spread ? { prefix: env.routed, mode: "random" as const } : undefined;
   const userData = poolUserData(
     squidCloudConfig({

@@ -20,6 +20,15 @@
  * Not `crypto`: the specs use it for digests and random bytes, stable across
  * majors (TLS, which is not, comes in through `tls`/`https`).
  *
+ * Builtins count only in our code (dist/ outside test/): a test's own plumbing
+ * (spawning xmllint or cloud-init's parser, an HTTP fixture, reading an ISO)
+ * runs the same on every major, and what the test proves about our code on the
+ * floor Node is in our code's closure. A bin of ours that a test spawns
+ * (`"cli", "main.js"`) runs on the floor Node, so its closure counts as if
+ * required. A package's `package.json` is metadata (a version for
+ * `--version`), not its behaviour. Packages count on both sides: a test that
+ * drives the SDK or ssh2's server exercises them on the floor versions.
+ *
  * The rest (pure builders: XML, the ISO writer, zod schemas, names, plans,
  * XDR codecs over Buffers, using only fs, path, os, assert, util, events,
  * timers and the like) prove the same thing on every Node major; the main
@@ -50,6 +59,8 @@ export const FLOOR_BUILTINS = new Set([
 ]);
 
 const REQUIRE = /require\("([^"]+)"\)/g;
+/** A test that names one of the package's bins (`resolve(__dirname, ..., "cli", "main.js")`) to spawn it. */
+const SPAWNED_BIN = /"(cli|reaper)", "main\.js"/g;
 const BUILTINS = new Set(builtinModules);
 
 export interface FloorChoice {
@@ -89,7 +100,17 @@ export function floorChoice(
     seen.add(file);
     const here = file.slice(root.length + 1);
     const where = via === "" ? "" : ` via ${via}`;
-    for (const [, target] of readFileSync(file, "utf8").matchAll(REQUIRE)) {
+    const source = readFileSync(file, "utf8");
+    const testSide = here.startsWith("test/");
+    // A bin of ours that a test spawns runs on the floor Node: it is in the closure as if required.
+    if (testSide)
+      for (const [, bin] of source.matchAll(SPAWNED_BIN)) {
+        const main = join(root, bin!, "main.js");
+        if (existsSync(main)) queue.push({ file: main, via: via || here });
+      }
+    for (const [, target] of source.matchAll(REQUIRE)) {
+      // A package's manifest is metadata (a version read for --version), not its behaviour.
+      if (target!.endsWith("/package.json")) continue;
       const name = moduleName(target!);
       if (target!.startsWith(".")) {
         const required = resolve(dirname(file), target!);
@@ -104,7 +125,9 @@ export function floorChoice(
         continue;
       }
       const sensitivePackage = FLOOR_PACKAGES.some((pattern) => pattern.test(name));
-      const sensitiveBuiltin = BUILTINS.has(name) && FLOOR_BUILTINS.has(name);
+      // The test's own plumbing (spawning xmllint, serving a fixture over HTTP, reading an ISO) runs the
+      // same on every major; what it proves about our code on the floor Node is in our code's closure.
+      const sensitiveBuiltin = !testSide && BUILTINS.has(name) && FLOOR_BUILTINS.has(name);
       if (sensitivePackage || sensitiveBuiltin)
         return {
           path,

@@ -33,6 +33,8 @@ const REPO = resolve(__dirname, "..", "..", "..");
 const WORK = join(REPO, ".tmp", "test-run");
 const LOGS = join(WORK, "logs");
 const STARTED_MS = Number(process.env.EGRESS_TEST_STARTED_MS) || Date.now();
+/** Where `build-image.sh --early` (run by `npm test` before compiling) logs, and the PID it records. */
+const EARLY_IMAGE_LOG = join(REPO, ".tmp", "guest-image-early.log");
 
 const outcomes: StepOutcome[] = [];
 let interrupted: NodeJS.Signals | undefined;
@@ -100,7 +102,8 @@ const niced = (step: StepSpec): StepSpec => ({
  * started.
  */
 async function labQueue(specs: readonly Spec[]): Promise<boolean> {
-  const queue = workUnits(specs.filter((s) => s.kind === "lab" && !s.alone));
+  const queue = workUnits(specs);
+  if (queue.length === 0) return true;
   let guestsBooting = 0;
   let wake: Array<() => void> = [];
   const worker = async (): Promise<boolean> => {
@@ -268,6 +271,27 @@ async function quickRun(floorOnly: boolean): Promise<number> {
  * The machine's state into `file` (test/machine-state.sh): the runner's own
  * tree left out, processes carrying EGRESS_TEST_RUN=`run` counted as the run's.
  */
+/**
+ * The early image build (`build-image.sh --early`), if a run cut short left it running: its process group,
+ * by the PID it recorded, and only while that PID is still its bash. A build that was joined has ended.
+ */
+function stopEarlyImageBuild(): void {
+  let pid: number;
+  try {
+    pid = Number(readFileSync(`${EARLY_IMAGE_LOG}.pid`, "utf8").trim());
+  } catch {
+    return; // not started (not root)
+  }
+  if (!Number.isInteger(pid) || pid <= 1) return;
+  try {
+    if (!readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("build-image.sh")) return;
+    process.kill(-pid, "SIGTERM");
+    log(`stopped the early guest image build (process group ${pid})`);
+  } catch {
+    // Gone already: nothing to stop.
+  }
+}
+
 function snapshotMachine(file: string, run: string): void {
   execFileSync(
     "bash",
@@ -292,13 +316,30 @@ async function tearDownLabs(name: string): Promise<boolean> {
   return reboot && stock && lab;
 }
 
-/** The labs and the guest image, once, before the lab suites share them. */
+/** The labs, once, before the lab suites share them. */
 function prepareLabs(): Array<StepSpec> {
-  return [
-    bash("lab-up", "test/lab/lab-up.sh"),
-    bash("stock-host-up", "test/lab/stock-host-up.sh"),
-    bash("guest-image", "test/lab/build-image.sh"),
-  ];
+  return [bash("lab-up", "test/lab/lab-up.sh"), bash("stock-host-up", "test/lab/stock-host-up.sh")];
+}
+
+/**
+ * The lab lane once both labs are up. The guest image (built by `npm test`
+ * in the background while TypeScript compiles, see build-image.sh --early;
+ * this step waits for that build and shows its log, or builds) is what most
+ * lab suites wait for, and on a fresh machine it takes minutes of mostly
+ * downloads: the suites that boot no guest run meanwhile. Then the suites
+ * that assert on the whole host, alone, then the rest.
+ */
+async function labSuites(specs: readonly Spec[]): Promise<boolean> {
+  const lab = specs.filter((s) => s.kind === "lab" && !s.alone);
+  const [imageBuilt, withoutImage] = await Promise.all([
+    step(bash("guest-image", "test/lab/build-image.sh", "--join", EARLY_IMAGE_LOG)),
+    labQueue(lab.filter((s) => !s.needsImage)),
+  ]);
+  if (!imageBuilt) return false;
+  const withImage = await sequence(...labAlone(specs), async () =>
+    labQueue(lab.filter((s) => s.needsImage)),
+  );
+  return withoutImage && withImage;
 }
 
 async function fullRun(): Promise<number> {
@@ -332,6 +373,7 @@ async function fullRun(): Promise<number> {
   let finishing: Promise<number> | undefined;
   const finish = async (): Promise<number> => {
     await stopAll(10_000);
+    stopEarlyImageBuild();
     const labsDown = await tearDownLabs("teardown");
     rmSync(scratch, { recursive: true, force: true });
     snapshotMachine(after, run);
@@ -380,7 +422,7 @@ async function fullRun(): Promise<number> {
   const beat = heartbeat();
   try {
     await parallel(
-      lane(...prepareLabs(), async () => sequence(...labAlone(specs), async () => labQueue(specs))),
+      lane(...prepareLabs(), async () => labSuites(specs)),
       sequence(
         niced({ name: "lint", command: "npm", args: ["run", "--silent", "lint"] }),
         async () => parallel(...quickShards(specs, 2, true).map((s) => lane(s))),

@@ -36,6 +36,8 @@ export interface Spec {
   weight: number;
   /** Lab specs: the most guests it boots at once and waits for (LAB_GUESTS). */
   guests?: number;
+  /** Lab specs that boot the lab's guest image (they call ensureProxyImage): they wait for its build. */
+  needsImage?: boolean;
 }
 
 /** Lab suites by the seconds they take alone (guests booted in parentheses); others count 10. */
@@ -184,12 +186,18 @@ const STOCK_FIXTURE = /require\("(?:\.\.\/lab\/|\.\/)stock-fixture"\)/;
 const TINY_POOL = /\.tinyPool\b/;
 const NEEDS_ROOT = /test-needs: root/;
 const RUNS_ALONE = /test-runs: alone/;
+/** A call of test/lab/kvm-support's ensureProxyImage, as tsc compiles it (`(0, x.ensureProxyImage)()`). */
+const CALLS_ENSURE_IMAGE = /ensureProxyImage\)\(\)/;
 const RELATIVE_REQUIRE = /require\("(\.{1,2}\/[^"]+)"\)/g;
 
 /** The kind of the spec at `path`, from its source and the test modules under `testDir` it requires. */
-export function kindOfSpec(path: string, testDir: string): { kind: SpecKind; group?: string } {
-  let kind: SpecKind = "quick";
+export function kindOfSpec(
+  path: string,
+  testDir: string,
+): { kind: SpecKind; group?: string; needsImage?: boolean } {
+  let kind = "quick" as SpecKind;
   let group: string | undefined;
+  let needsImage = false;
   const seen = new Set<string>();
   const visit = (file: string) => {
     if (seen.has(file)) return;
@@ -198,6 +206,7 @@ export function kindOfSpec(path: string, testDir: string): { kind: SpecKind; gro
     if (STOCK_FIXTURE.test(source)) group = "stock-host";
     else if (TINY_POOL.test(source)) group ??= "tiny-pool";
     if (LAB_FIXTURE.test(source)) kind = "lab";
+    if (CALLS_ENSURE_IMAGE.test(source)) needsImage = true;
     else if (NEEDS_ROOT.test(source) && kind === "quick") kind = "root";
     for (const [, target] of source.matchAll(RELATIVE_REQUIRE)) {
       const required = resolve(dirname(file), target!.endsWith(".js") ? target! : `${target}.js`);
@@ -205,7 +214,11 @@ export function kindOfSpec(path: string, testDir: string): { kind: SpecKind; gro
     }
   };
   visit(resolve(path));
-  return group === undefined ? { kind } : { kind, group };
+  return {
+    kind,
+    ...(group === undefined ? {} : { group }),
+    ...(kind === "lab" && needsImage ? { needsImage } : {}),
+  };
 }
 
 function walk(dir: string): string[] {
@@ -221,7 +234,7 @@ export function findSpecs(testDir: string, cwd: string): Spec[] {
   return walk(testDir)
     .sort()
     .map((path) => {
-      const { kind, group } = kindOfSpec(path, resolve(testDir));
+      const { kind, group, needsImage } = kindOfSpec(path, resolve(testDir));
       const key = relative(testDir, path);
       const weight =
         kind === "lab"
@@ -238,6 +251,7 @@ export function findSpecs(testDir: string, cwd: string): Spec[] {
         ...(guests > 0 ? { guests } : {}),
         ...(group ? { group } : {}),
         ...(alone ? { alone } : {}),
+        ...(needsImage ? { needsImage } : {}),
       };
     });
 }

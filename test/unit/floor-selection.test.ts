@@ -28,6 +28,15 @@ describe("floor run: which quick suites rerun on the lowest versions", () => {
     write("test/sdk.test.js", 'require("@pulumi/pulumi/runtime");');
     write("test/ssh.test.js", 'require("ssh2");');
     write("test/spawn.test.js", 'require("node:child_process");');
+    write("cli/main.js", 'require("../provider/net");');
+    write(
+      "test/bin.test.js",
+      'require("node:child_process"); const BIN = join(__dirname, "..", "cli", "main.js");',
+    );
+    write(
+      "test/version.test.js",
+      'require("@pulumi/pulumi/package.json"); require("../provider/xml");',
+    );
     write("test/cycle.test.js", 'require("./cycle.test");');
   });
   after(() => rmSync(join(dist, ".."), { recursive: true, force: true }));
@@ -50,7 +59,18 @@ describe("floor run: which quick suites rerun on the lowest versions", () => {
       choose("test/dir.test.js").reason,
       "node:stream in provider/sub/index.js via test/dir.test.js",
     );
-    assert.equal(choose("test/spawn.test.js").reason, "node:child_process in test/spawn.test.js");
+  });
+
+  it("leaves out a test's own plumbing and a package's manifest, but follows a bin of ours it spawns", () => {
+    // Spawning a tool (xmllint, cloud-init) runs the same on every major: not a reason.
+    assert.equal(choose("test/spawn.test.js").floor, false);
+    // Reading @pulumi/pulumi's package.json (a version for --version) is not the SDK at work.
+    assert.equal(choose("test/version.test.js").floor, false);
+    // The CLI it spawns runs on the floor Node: its closure counts.
+    assert.equal(
+      choose("test/bin.test.js").reason,
+      "node:net in provider/net.js via test/bin.test.js",
+    );
   });
 
   it("reruns a spec that reaches an SDK, ssh2, or the package by its own name", () => {

@@ -1,6 +1,10 @@
 import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { logFileName } from "../../runner/steps";
 import {
+  kindOfSpec,
   MAX_GUESTS_AT_ONCE,
   shard,
   takeNextUnit,
@@ -83,5 +87,36 @@ describe("the lab queue's guests at once", () => {
     assert.equal(takeNextUnit(queue, 1), undefined);
     const unit = takeNextUnit(queue, 0);
     assert.equal(unit && unitName(unit), "lab/huge");
+  });
+
+  it("knows which lab suites boot the guest image: a call of ensureProxyImage in their closure", () => {
+    const dir = mkdtempSync(join(tmpdir(), "egress-kind-"));
+    try {
+      const write = (path: string, source: string) => {
+        mkdirSync(join(dir, path, ".."), { recursive: true });
+        writeFileSync(join(dir, path), source);
+      };
+      write("lab/fixture.js", "");
+      // The definition alone (every importer of kvm-support sees it) is not a call.
+      write("lab/kvm-support.js", 'async function ensureProxyImage() { run("build-image.sh"); }');
+      write(
+        "lab/prefix-support.js",
+        'const k = require("./kvm-support"); (0, k.ensureProxyImage)();',
+      );
+      write("lab/boots.test.js", 'require("./fixture"); require("./prefix-support");');
+      write("lab/ssh.test.js", 'require("./fixture"); require("./kvm-support");');
+      write(
+        "unit/pure.test.js",
+        'const k = require("../lab/kvm-support"); (0, k.ensureProxyImage)();',
+      );
+      assert.deepEqual(kindOfSpec(join(dir, "lab/boots.test.js"), dir), {
+        kind: "lab",
+        needsImage: true,
+      });
+      assert.deepEqual(kindOfSpec(join(dir, "lab/ssh.test.js"), dir), { kind: "lab" });
+      assert.deepEqual(kindOfSpec(join(dir, "unit/pure.test.js"), dir), { kind: "quick" });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
