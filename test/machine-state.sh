@@ -51,7 +51,10 @@ firewall() {
   done
   if command -v nft >/dev/null 2>&1; then nft -s list ruleset | sed 's|^|nft |'; fi
 }
-mounts() { awk '{print $5, $9, $10}' /proc/self/mountinfo; }
+# Mounts, but not those inside a guest image build's root fs (mmdebstrap mounts /proc, /sys and /dev there
+# while it installs, and unmounts them itself): `npm test` starts that build before the first snapshot
+# (build-image.sh --early), so they may be there before and gone after, whatever the run did.
+mounts() { awk '$5 !~ /\/lab-image\/[0-9a-f]+\.build\/rootfs-/ {print $5, $9, $10}' /proc/self/mountinfo; }
 accounts() { sed 's|^|passwd |' /etc/passwd; sed 's|^|group |' /etc/group; }
 # collect_processes PID RUN: the run's processes into RUN_PROCESS (pid -> "comm pid start-time"), once per
 # snapshot (the listening sockets are told by them too). The command-line rule is for libvirtd's qemu,
