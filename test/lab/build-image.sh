@@ -27,6 +27,10 @@
 #                                   on a fresh machine the build is minutes of downloads that need no CPU)
 #        build-image.sh --join LOG  like no argument, after waiting for an --early build and printing its
 #                                   LOG (a failed early build is built again here, its errors shown)
+#        build-image.sh --stop-early LOG
+#                                   stop an --early build that still runs (its process group, by the PID
+#                                   in LOG.pid, only while that PID is still this script); its scratch
+#                                   space goes with it
 set -euo pipefail
 RECIPE=$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)
 CACHE_ROOT=${EGRESS_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies}/lab-image
@@ -47,6 +51,15 @@ case "${1:-}" in
   setsid bash "${BASH_SOURCE[0]}" >"$2" 2>&1 </dev/null &
   echo $! >"$2.pid"
   echo "[build-image] building in the background (pid $!) while the project compiles; log: $2"
+  exit 0
+  ;;
+--stop-early)
+  pid=$(cat "$2.pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "build-image.sh"; then
+    kill -TERM -- "-$pid" && echo "[build-image] stopped the early build (process group $pid)"
+    for _ in $(seq 100); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+  fi
+  rm -f "$2.pid"
   exit 0
   ;;
 --join)

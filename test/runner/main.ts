@@ -271,24 +271,20 @@ async function quickRun(floorOnly: boolean): Promise<number> {
  * The machine's state into `file` (test/machine-state.sh): the runner's own
  * tree left out, processes carrying EGRESS_TEST_RUN=`run` counted as the run's.
  */
-/**
- * The early image build (`build-image.sh --early`), if a run cut short left it running: its process group,
- * by the PID it recorded, and only while that PID is still its bash. A build that was joined has ended.
- */
+/** The early image build (`build-image.sh --early`), if a run cut short left it running. */
 function stopEarlyImageBuild(): void {
-  let pid: number;
   try {
-    pid = Number(readFileSync(`${EARLY_IMAGE_LOG}.pid`, "utf8").trim());
-  } catch {
-    return; // not started (not root)
-  }
-  if (!Number.isInteger(pid) || pid <= 1) return;
-  try {
-    if (!readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("build-image.sh")) return;
-    process.kill(-pid, "SIGTERM");
-    log(`stopped the early guest image build (process group ${pid})`);
-  } catch {
-    // Gone already: nothing to stop.
+    execFileSync(
+      "bash",
+      [join(REPO, "test", "lab", "build-image.sh"), "--stop-early", EARLY_IMAGE_LOG],
+      {
+        stdio: ["ignore", "inherit", "inherit"],
+      },
+    );
+  } catch (error) {
+    process.stderr.write(
+      `[test] could not stop the early image build: ${(error as Error).message}\n`,
+    );
   }
 }
 
