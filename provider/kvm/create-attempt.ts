@@ -5,6 +5,7 @@
  * stays). Once the domain is defined nothing is undone here: the resource is
  * handed to Pulumi as a partial create instead (see provider.ts).
  */
+import { allSettledOrFirstFailure } from "../common/settled";
 import type { StoragePoolHandle } from "../libvirt-rpc-xdr";
 import { outcomeUnknown } from "./classify";
 import type { LibvirtHost } from "./host";
@@ -39,12 +40,7 @@ export class CreateAttempt {
   async together<T extends readonly unknown[]>(steps: {
     [K in keyof T]: Promise<T[K]>;
   }): Promise<T> {
-    const outcomes = await Promise.allSettled(steps);
-    const failed = outcomes.find((outcome) => outcome.status === "rejected");
-    if (failed) throw failed.reason;
-    return outcomes.map(
-      (outcome) => (outcome as PromiseFulfilledResult<unknown>).value,
-    ) as unknown as T;
+    return allSettledOrFirstFailure<T>(steps);
   }
 
   /** Called just before the define call, for the same reason. */

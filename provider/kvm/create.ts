@@ -10,6 +10,7 @@ import { deadlineFor, stepsWithin } from "../common/lifecycle";
 import { PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
 import { safeErrorMessage } from "../common/redact";
+import { allSettledOrFirstFailure } from "../common/settled";
 import type { DomainHandle, StoragePoolHandle, StorageVolHandle } from "../libvirt-rpc-xdr";
 import { buildNoCloudSeed } from "../nocloud";
 import { openHost, type HostSession } from "./connect";
@@ -85,11 +86,12 @@ async function createOnReadyHost(
       await session.host.setAutostart(domain.handle, inputs.startOnBoot);
       return { id, outs: plain({ ...outputsOf(session, inputs, domain, { ip: null, state }) }) };
     }
-    // Independent: both leave in one round trip.
-    await Promise.all([
+    // Independent: both leave in one round trip. Both are waited for, so a start that fails does not
+    // leave the autostart call in flight while the failure is recorded.
+    await allSettledOrFirstFailure([
       session.host.setAutostart(domain.handle, inputs.startOnBoot),
       session.host.startDomain(domain.handle),
-    ]);
+    ] as const);
     state = "running";
     const ready = await waitForReadiness(session.host, domain.handle, inputs, deadline);
     const ip = ready?.ip ?? null;

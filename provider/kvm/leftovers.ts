@@ -11,6 +11,7 @@ import { isNotFound, PermanentError } from "../common/errors";
 import type { BackendListing, ItemOwnership, ListedItem } from "../common/leftovers";
 import type { DeleteOutcome } from "../common/lifecycle";
 import type { MarkReading, OwnerIdentity } from "../common/mark";
+import { allSettledOrFirstFailure } from "../common/settled";
 import {
   Procedures,
   type LibvirtConnection,
@@ -155,12 +156,6 @@ export async function listKvmBackend(
       items,
     };
   }
-}
-
-/** Waits for all (so nothing adds to the listing after it is returned), then fails with the first failure. */
-async function allSettledOrFirstFailure(work: Promise<unknown>[]): Promise<void> {
-  const failed = (await Promise.allSettled(work)).find((outcome) => outcome.status === "rejected");
-  if (failed) throw failed.reason;
 }
 
 /**

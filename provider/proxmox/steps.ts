@@ -9,6 +9,7 @@ import {
   type Timeouts,
 } from "../common/lifecycle";
 import { logToEngine } from "../common/engine-log";
+import { allSettledOrFirstFailure } from "../common/settled";
 import { ProxmoxClient } from "./client";
 import { ConnectionInputs, resolveConnection } from "./connection";
 import {
@@ -136,8 +137,5 @@ export function ignoreNotFound(error: unknown): void {
 
 /** Both results once both have settled (nothing left running); the first failure in flow order is thrown. */
 export async function bothSettled<A, B>(first: Promise<A>, second: Promise<B>): Promise<[A, B]> {
-  const [a, b] = await Promise.allSettled([first, second]);
-  if (a.status === "rejected") throw a.reason;
-  if (b.status === "rejected") throw b.reason;
-  return [a.value, b.value];
+  return allSettledOrFirstFailure<[A, B]>([first, second]);
 }
