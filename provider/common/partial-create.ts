@@ -21,6 +21,8 @@ export const CREATE_INCOMPLETE_KEY = "createIncomplete";
 /** The serialized provider's key in a dynamic resource's inputs and outputs. */
 const PROVIDER_KEY = "__provider";
 
+import { inspect } from "node:util";
+
 export class PartialCreateError extends Error {
   override readonly name = "PartialCreateError";
   readonly reasons: string[];
@@ -42,6 +44,15 @@ export class PartialCreateError extends Error {
       [CREATE_INCOMPLETE_KEY]: true,
       ...(typeof provider === "string" ? { [PROVIDER_KEY]: provider } : {}),
     };
+  }
+
+  /**
+   * How console.log and friends show it: the properties carry the request's connection (a private
+   * key, an API token) for the engine to store encrypted, so a log shows their names, never values.
+   */
+  [inspect.custom](): string {
+    const recorded = Object.keys(this.properties).sort().join(", ");
+    return `${this.name}: ${this.message}\n  id: ${this.id}\n  properties recorded: ${recorded}`;
   }
 }
 
