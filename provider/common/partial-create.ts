@@ -14,14 +14,13 @@
  *   create's properties itself: so it is copied from the inputs here, or the
  *   record could never be deleted.
  */
+import { inspect } from "node:util";
 
 /** Output key of a recorded partial create: the next update continues the create. FROZEN: old state carries it. */
 export const CREATE_INCOMPLETE_KEY = "createIncomplete";
 
 /** The serialized provider's key in a dynamic resource's inputs and outputs. */
 const PROVIDER_KEY = "__provider";
-
-import { inspect } from "node:util";
 
 export class PartialCreateError extends Error {
   override readonly name = "PartialCreateError";

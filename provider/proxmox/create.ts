@@ -16,6 +16,7 @@ import { PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
 import { familiesOf, proxyEndpoint } from "../common/ip-families";
 import { waitForTcpPort } from "../common/readiness";
+import { allSettledOrFirstFailure } from "../common/settled";
 import { FormFields, ProxmoxClient } from "./client";
 import { isCredentialRejected, isTaskFailure, isVmidTaken } from "./classify";
 import { ProxmoxProxyInputs, ProxmoxProxyOutputs } from "./schema";
@@ -51,7 +52,6 @@ import { vmidCandidates } from "./vmid";
 import { creationMismatch, creationOf } from "./adoption";
 import {
   Props,
-  bothSettled,
   checkedInputs,
   clientFor,
   ignoreNotFound,
@@ -90,10 +90,10 @@ export async function createSteps(
   const id = resourceId(vm.ref);
   let outs = initialOutputs(spec, vm);
   try {
-    const [seed, config] = await bothSettled(
+    const [seed, config] = await allSettledOrFirstFailure([
       step("upload seed", () => seedUpload.result()),
       step("read config", () => getConfig(client, vm.ref, deadline)),
-    );
+    ] as const);
     outs = { ...outs, seedSha256: seed.sha256 };
     const planned = configChanges(spec, vm, seed.volumeId, config);
     const resize = bootDiskResize(spec, planned.config);

@@ -9,7 +9,6 @@ import {
   type Timeouts,
 } from "../common/lifecycle";
 import { logToEngine } from "../common/engine-log";
-import { allSettledOrFirstFailure } from "../common/settled";
 import { ProxmoxClient } from "./client";
 import { ConnectionInputs, resolveConnection } from "./connection";
 import {
@@ -133,9 +132,4 @@ export function notFoundAsUndefined(error: unknown): undefined {
 
 export function ignoreNotFound(error: unknown): void {
   if (!isNotFound(error)) throw error;
-}
-
-/** Both results once both have settled (nothing left running); the first failure in flow order is thrown. */
-export async function bothSettled<A, B>(first: Promise<A>, second: Promise<B>): Promise<[A, B]> {
-  return allSettledOrFirstFailure<[A, B]>([first, second]);
 }

@@ -62,20 +62,16 @@ case "${1:-}" in
   rm -f "$2.pid"
   exit 0
   ;;
---join)
-  started_wait=$(date +%s)
-  mkdir -p "$CACHE_ROOT"
-  exec 9>"$LOCK"
-  flock 9
-  if [ -f "$2" ]; then
-    echo "[build-image] the early build's log ($2), after $(($(date +%s) - started_wait)) s waiting for it:"
-    sed 's/^/  | /' "$2"
-  fi
-  ;;
+--join) JOINED_LOG=$2 ;;
 esac
 mkdir -p "$CACHE_ROOT"
 exec 9>"$LOCK"
+started_wait=$(date +%s)
 flock 9
+if [ -n "${JOINED_LOG:-}" ] && [ -f "$JOINED_LOG" ]; then
+  echo "[build-image] the early build's log ($JOINED_LOG), after $(($(date +%s) - started_wait)) s waiting for it:"
+  sed 's/^/  | /' "$JOINED_LOG"
+fi
 if [ -f "$OUT" ] && [ -f "$OUT.sha256" ]; then
   echo "[build-image] cached: $OUT"
   echo "$OUT"

@@ -109,11 +109,12 @@ pick_subnet() { # pick_subnet [EXCLUDED_CIDR]...
 # /etc/libvirt or /var/lib/libvirt. $3 is a shell command run there first (extra mounts), or "". The
 # mount points must exist (the packages make all but /run/libvirt: make_dir_undone it first).
 #
-# There, /dev/kvm (when the machine has one) is an empty file that nobody may open for writing (mode
-# 000, on a read-only bind mount, so not even root: access(W_OK) says EROFS), so libvirt finds KVM
-# unusable and offers only `qemu` guests, as on a machine without /dev/kvm. Not /dev/null: a node that
-# opens passes libvirt's "KVM usable" test while QEMU's probe finds no KVM, and libvirt then throws its
-# capability cache away and probes QEMU again on every lookup (a define took 24-50 s). The labs'
+# There, /dev/kvm (when the machine has one) is a device node of mode 000: libvirt tests it as the qemu
+# user, who may not open it, finds KVM unusable and offers only `qemu` guests, as on a machine without
+# /dev/kvm. Not /dev/null itself: a node the qemu user can open passes libvirt's "KVM usable" test
+# while QEMU's probe finds no KVM, and libvirt then throws its capability cache away and probes QEMU
+# again on every lookup (a define took 24-50 s). Not a regular file: libvirt carries the mounts under
+# /dev into each guest's own /dev, and cannot carry a file mounted over a device node. The labs'
 # guests are emulated anyway; hiding KVM gives every machine, with KVM or without, the same host to
 # test against (the doctor's rows, the domain types the capabilities list), and proves the no-KVM
 # path on every run. require_no_kvm checks that the daemon sees it so.

@@ -267,10 +267,6 @@ async function quickRun(floorOnly: boolean): Promise<number> {
   return ok ? 0 : 1;
 }
 
-/**
- * The machine's state into `file` (test/machine-state.sh): the runner's own
- * tree left out, processes carrying EGRESS_TEST_RUN=`run` counted as the run's.
- */
 /** The early image build (`build-image.sh --early`), if a run cut short left it running. */
 function stopEarlyImageBuild(): void {
   try {
@@ -288,6 +284,10 @@ function stopEarlyImageBuild(): void {
   }
 }
 
+/**
+ * The machine's state into `file` (test/machine-state.sh): the runner's own
+ * tree left out, processes carrying EGRESS_TEST_RUN=`run` counted as the run's.
+ */
 function snapshotMachine(file: string, run: string): void {
   execFileSync(
     "bash",
