@@ -55,8 +55,27 @@ export function membersToRotate(groups: readonly EgressGroup[]): string[] {
   return sharedEgress(groups).flatMap((group) => group.proxies.slice(1));
 }
 
-/** The pool argument that rotates `members` at the next `up`, dated today. */
-export function rotateChange(members: readonly string[], today = new Date()): string {
-  const text = today.toISOString().slice(0, 10);
-  return `rotate: { ${members.map((member) => `"${member}": "${text}"`).join(", ")} }`;
+/** A `rotate` text for a change suggested at `at`: the time to the minute (see rotateChange). */
+export function rotationText(at: Date): string {
+  return `${at.toISOString().slice(0, 16)}Z`;
+}
+
+/**
+ * The pool argument that rotates `members` at the next `up`. The text is the time to the minute, not
+ * the date: a date changes nothing for a member already rotated that day, and the same collision found
+ * again would be answered with the same no-op. With the pool's `current` entries, a text equal to one
+ * of them gets a suffix so that it always differs.
+ */
+export function rotateChange(
+  members: readonly string[],
+  at = new Date(),
+  current: Readonly<Record<string, string>> = {},
+): string {
+  const base = rotationText(at);
+  const textFor = (member: string): string => {
+    let text = base;
+    for (let n = 2; current[member] === text; n += 1) text = `${base}-${n}`;
+    return text;
+  };
+  return `rotate: { ${members.map((member) => `"${member}": "${textFor(member)}"`).join(", ")} }`;
 }

@@ -184,23 +184,30 @@ export function poolArgsProblems(args: EgressProxyPoolArgs): string[] {
   return problems;
 }
 
-/** `rotate` names members that exist and that the pool can replace (VMs, not static proxies). */
-function rotateProblems(args: EgressProxyPoolArgs): string[] {
-  if (args.rotate === undefined) return [];
-  if (typeof args.rotate !== "object" || args.rotate === null || Array.isArray(args.rotate))
-    return ['rotate must map member keys to any text, e.g. { "kvm1-0": "2026-12-02" }'];
+/** The pool's members by key (`<backend>-<index>`), with their backend kind. */
+function memberKinds(args: EgressProxyPoolArgs): Map<string, string> {
   const backends = new Map(args.backends.map((backend) => [backend.name, backend]));
-  const members = new Map(
+  return new Map(
     placeProxies(
       args.backends.map((backend) => placementOf(backend, backendKeysOf(backend))),
       args.count,
     ).map((proxy) => [proxy.key, kindOf(backends.get(proxy.backend)!).key]),
   );
-  const known = [...members.keys()].join(", ");
+}
+
+/**
+ * `rotate` names members the pool can replace (VMs, not static proxies) with a usable text. An entry
+ * for a member the pool does not have is not a problem: it is what a scale-down leaves behind
+ * (docs/day2.md says to keep entries), so failing on it would fail every `up` until a person edits it.
+ */
+function rotateProblems(args: EgressProxyPoolArgs): string[] {
+  if (args.rotate === undefined) return [];
+  if (typeof args.rotate !== "object" || args.rotate === null || Array.isArray(args.rotate))
+    return ['rotate must map member keys to any text, e.g. { "kvm1-0": "2026-12-02" }'];
+  const members = memberKinds(args);
   return Object.entries(args.rotate).flatMap(([key, text]) => {
     const kind = members.get(key);
-    if (kind === undefined)
-      return [`rotate.${key}: the pool has no member ${key}; its members are ${known}`];
+    if (kind === undefined) return [];
     if (kind === "static")
       return [
         `rotate.${key}: a static proxy is not the pool's to replace; change its URL in the backend instead`,
@@ -209,6 +216,22 @@ function rotateProblems(args: EgressProxyPoolArgs): string[] {
       return [`rotate.${key} must be a text of 1 to 200 characters, e.g. "2026-12-02"`];
     return [];
   });
+}
+
+/**
+ * The `rotate` entries that name no member of the pool (a member scaled down, or a typo): each is
+ * ignored, and said so with the members the pool has.
+ */
+export function unusedRotateEntries(args: EgressProxyPoolArgs): string[] {
+  if (args.rotate === undefined || typeof args.rotate !== "object" || args.rotate === null) return [];
+  const members = memberKinds(args);
+  const known = [...members.keys()].join(", ");
+  return Object.keys(args.rotate)
+    .filter((key) => !members.has(key))
+    .map(
+      (key) =>
+        `rotate.${key}: the pool has no member ${key} (scaled down, or a typo?), so the entry rotates nothing; its members are ${known}`,
+    );
 }
 
 /** A backend as placement sees it: its name, weight, count and the most proxies its kind can hold. */
@@ -284,6 +307,8 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     if (problems.length > 0)
       throw new PoolArgsError(`EgressProxyPool ${name}: ${problems.join("; ")}`);
     if (args.kubernetes !== undefined) assertKubernetesAvailable(`EgressProxyPool ${name}`);
+    for (const warning of unusedRotateEntries(args))
+      void pulumi.log.warn(`EgressProxyPool ${name}: ${warning}`, this);
 
     const placed = placeProxies(
       args.backends.map((backend) => placementOf(backend, backendKeysOf(backend))),
@@ -441,7 +466,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     if (message === undefined) return groups;
     if (args.requireDistinctEgress === true)
       throw new PoolArgsError(
-        `${message}. requireDistinctEgress is true, so nothing is published: place the proxies on different networks, drop requireDistinctEgress, or replace the later members with ${rotateChange(membersToRotate(groups))} (a VM member only; a new VM may get a new exit address)`,
+        `${message}. requireDistinctEgress is true, so nothing is published: place the proxies on different networks, drop requireDistinctEgress, or replace the later members with ${rotateChange(membersToRotate(groups), new Date(), args.rotate)} (a VM member only; a new VM may get a new exit address)`,
       );
     void pulumi.log.warn(message, this);
     return groups;

@@ -8,6 +8,7 @@ import {
   groupByEgress,
   membersToRotate,
   rotateChange,
+  rotationText,
   sharedEgress,
   type EgressGroup,
 } from "../../components/egress-diversity";
@@ -158,7 +159,7 @@ function agedHints(report: CheckReport): string[] {
       POOL_MEMBER_KEY.test(result.name),
   );
   if (aged.length === 0) return [];
-  const text = report.checkedAt.slice(0, 10);
+  const text = rotationText(new Date(report.checkedAt));
   return [
     "",
     `due for rotation by age (rotateAfterDays): ${aged.map((result) => `${result.name} (since ${result.rotateAfter})`).join(", ")}`,
@@ -174,7 +175,7 @@ function agedHints(report: CheckReport): string[] {
 function downHints(report: CheckReport): string[] {
   const down = report.results.filter((result) => !result.up && POOL_MEMBER_KEY.test(result.name));
   if (down.length === 0) return [];
-  const text = report.checkedAt.slice(0, 10);
+  const text = rotationText(new Date(report.checkedAt));
   return [
     "",
     "to replace the down proxies at the next `pulumi up` (each new one is ready before the old one goes):",

@@ -219,9 +219,19 @@ describe("the rule the next up follows (common/egress-recheck.ts)", () => {
       { name: "pve1-1", egressIp: "198.51.100.1" },
     ]);
     assert.deepEqual(membersToRotate(groups), ["kvm1-1", "pve1-0"]);
+    const at = new Date("2026-12-02T12:34:56Z");
+    assert.equal(rotateChange(["kvm1-1"], at), 'rotate: { "kvm1-1": "2026-12-02T12:34Z" }');
+    // A member already rotated with that very text (the same finding answered twice) gets one that differs.
     assert.equal(
-      rotateChange(["kvm1-1"], new Date("2026-12-02T12:00:00Z")),
-      'rotate: { "kvm1-1": "2026-12-02" }',
+      rotateChange(["kvm1-1", "pve1-0"], at, {
+        "kvm1-1": "2026-12-02T12:34Z",
+        "pve1-0": "2026-12-02",
+      }),
+      'rotate: { "kvm1-1": "2026-12-02T12:34Z-2", "pve1-0": "2026-12-02T12:34Z" }',
+    );
+    assert.equal(
+      rotateChange(["kvm1-1"], at, { "kvm1-1": "2026-12-02T12:34Z-2" }),
+      'rotate: { "kvm1-1": "2026-12-02T12:34Z" }',
     );
   });
 });

@@ -362,13 +362,13 @@ describe("egress-proxies check: reports", () => {
     const lines = text.split("\n");
     assert.ok(
       lines.includes(
-        `  pool arguments: rotate: { "kvm1-1": "2026-11-30", "pve-a-0": "2026-11-30" }`,
+        `  pool arguments: rotate: { "kvm1-1": "2026-11-30T12:00Z", "pve-a-0": "2026-11-30T12:00Z" }`,
       ),
       text,
     );
     assert.ok(
       lines.includes(
-        `  stack config:   pulumi config set --path 'egress-proxies:pool.rotate["kvm1-1"]' 2026-11-30`,
+        `  stack config:   pulumi config set --path 'egress-proxies:pool.rotate["kvm1-1"]' 2026-11-30T12:00Z`,
       ),
       text,
     );
@@ -381,7 +381,7 @@ describe("egress-proxies check: reports", () => {
     const text = renderTable(
       report([up("kvm1-0", "192.0.2.1"), up("kvm1-1", "192.0.2.1"), up("pve1-0", "192.0.2.1")]),
     );
-    assert.match(text, /rotate: \{ "kvm1-1": "2026-11-30", "pve1-0": "2026-11-30" \}/);
+    assert.match(text, /rotate: \{ "kvm1-1": "2026-11-30T12:00Z", "pve1-0": "2026-11-30T12:00Z" \}/);
     assert.doesNotMatch(
       renderTable(report([up("a:1", "192.0.2.1"), up("b:1", "192.0.2.1")])),
       /rotate/,
@@ -397,7 +397,7 @@ describe("egress-proxies check: reports", () => {
       /due for rotation by age \(rotateAfterDays\): kvm1-0 \(since 2026-11-29T00:00:00\.000Z\)/,
     );
     assert.ok(
-      text.split("\n").includes(`  pool arguments: rotate: { "kvm1-0": "2026-11-30" }`),
+      text.split("\n").includes(`  pool arguments: rotate: { "kvm1-0": "2026-11-30T12:00Z" }`),
       text,
     );
     assert.doesNotMatch(text, /kvm1-1"/);

@@ -754,7 +754,7 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     // The collision is the pool's finding (only it sees every member): it names the exact change.
     assert.match(
       String(failure?.message),
-      /replace the later members with rotate: \{ "home-1": "\d{4}-\d\d-\d\d" \}/,
+      /replace the later members with rotate: \{ "home-1": "\d{4}-\d\d-\d\dT\d\d:\d\dZ" \}/,
     );
     assert.equal(
       registered.filter((r) => r.type.startsWith("kubernetes:")).length,
@@ -1074,7 +1074,7 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     });
   });
 
-  it("rotate names only members that exist and that the pool can replace", () => {
+  it("rotate refuses an empty text; an entry for a member the pool does not have (scaled down) is ignored and named", async () => {
     assert.throws(
       () =>
         new pool.EgressProxyPool("badrot", {
@@ -1084,11 +1084,27 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
         }),
       (error: Error) =>
         error instanceof pool.PoolArgsError &&
-        /rotate\.kvm1-5: the pool has no member kvm1-5; its members are kvm1-0, kvm1-1/.test(
-          error.message,
-        ) &&
-        /rotate\.kvm1-0 must be a text of 1 to 200 characters/.test(error.message),
+        /rotate\.kvm1-0 must be a text of 1 to 200 characters/.test(error.message) &&
+        !error.message.includes("kvm1-5"),
     );
+    // Scaled down from 3 to 2: the entry for the member that went stays in the program, as the docs say.
+    const scaledDown = {
+      backends: [KVM("kvm1")],
+      count: 2,
+      rotate: { "kvm1-2": "2026-12-01", "kvm1-1": "2026-12-02" },
+    };
+    assert.deepEqual(pool.unusedRotateEntries(scaledDown), [
+      "rotate.kvm1-2: the pool has no member kvm1-2 (scaled down, or a typo?), so the entry rotates nothing; its members are kvm1-0, kvm1-1",
+    ]);
+    const instance = new pool.EgressProxyPool("scaled", scaledDown);
+    await valueOf(instance.endpoints);
+    await settle();
+    const rotations = Object.fromEntries(
+      registered
+        .filter((r) => r.name.startsWith("scaled-") && /KvmProxy/.test(r.type))
+        .map((r) => [r.name, (plain(r.inputs) as { rotation?: string }).rotation ?? null]),
+    );
+    assert.deepEqual(rotations, { "scaled-kvm1-0": null, "scaled-kvm1-1": "2026-12-02" });
   });
 
   it("refuses bad arguments with every problem named, before declaring anything", () => {
