@@ -29,6 +29,7 @@ import {
   type EgressGroup,
 } from "./egress-diversity";
 import { memberUrls, poolIpFamilyProblems, poolTakesIpv6 } from "./dual-stack";
+import { rotateEntryProblems, unusedEntries } from "./rotate-entries";
 import { checkExporterArgsProblems } from "./kubernetes-exporter";
 import {
   placeProxies,
@@ -195,43 +196,14 @@ function memberKinds(args: EgressProxyPoolArgs): Map<string, string> {
   );
 }
 
-/**
- * `rotate` names members the pool can replace (VMs, not static proxies) with a usable text. An entry
- * for a member the pool does not have is not a problem: it is what a scale-down leaves behind
- * (docs/day2.md says to keep entries), so failing on it would fail every `up` until a person edits it.
- */
+/** `rotate` as the pool checks it, against the members it has (components/rotate-entries.ts). */
 function rotateProblems(args: EgressProxyPoolArgs): string[] {
-  if (args.rotate === undefined) return [];
-  if (typeof args.rotate !== "object" || args.rotate === null || Array.isArray(args.rotate))
-    return ['rotate must map member keys to any text, e.g. { "kvm1-0": "2026-12-02" }'];
-  const members = memberKinds(args);
-  return Object.entries(args.rotate).flatMap(([key, text]) => {
-    const kind = members.get(key);
-    if (kind === undefined) return [];
-    if (kind === "static")
-      return [
-        `rotate.${key}: a static proxy is not the pool's to replace; change its URL in the backend instead`,
-      ];
-    if (typeof text !== "string" || text === "" || text.length > 200)
-      return [`rotate.${key} must be a text of 1 to 200 characters, e.g. "2026-12-02"`];
-    return [];
-  });
+  return args.rotate === undefined ? [] : rotateEntryProblems(args.rotate, memberKinds(args));
 }
 
-/**
- * The `rotate` entries that name no member of the pool (a member scaled down, or a typo): each is
- * ignored, and said so with the members the pool has.
- */
+/** The `rotate` entries that name no member of the pool: ignored, and said so. */
 export function unusedRotateEntries(args: EgressProxyPoolArgs): string[] {
-  if (args.rotate === undefined || typeof args.rotate !== "object" || args.rotate === null) return [];
-  const members = memberKinds(args);
-  const known = [...members.keys()].join(", ");
-  return Object.keys(args.rotate)
-    .filter((key) => !members.has(key))
-    .map(
-      (key) =>
-        `rotate.${key}: the pool has no member ${key} (scaled down, or a typo?), so the entry rotates nothing; its members are ${known}`,
-    );
+  return args.rotate === undefined ? [] : unusedEntries(args.rotate, memberKinds(args));
 }
 
 /** A backend as placement sees it: its name, weight, count and the most proxies its kind can hold. */

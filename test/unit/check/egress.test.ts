@@ -381,7 +381,10 @@ describe("egress-proxies check: reports", () => {
     const text = renderTable(
       report([up("kvm1-0", "192.0.2.1"), up("kvm1-1", "192.0.2.1"), up("pve1-0", "192.0.2.1")]),
     );
-    assert.match(text, /rotate: \{ "kvm1-1": "2026-11-30T12:00Z", "pve1-0": "2026-11-30T12:00Z" \}/);
+    assert.match(
+      text,
+      /rotate: \{ "kvm1-1": "2026-11-30T12:00Z", "pve1-0": "2026-11-30T12:00Z" \}/,
+    );
     assert.doesNotMatch(
       renderTable(report([up("a:1", "192.0.2.1"), up("b:1", "192.0.2.1")])),
       /rotate/,
