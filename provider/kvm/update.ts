@@ -85,9 +85,10 @@ async function applyOnHost(
     return { state: "stopped", ip: null, endpoint: null };
   }
   if (changes.restart) {
-    // squid does not answer on a running VM: a hard reset, as a crashed VM would get.
+    // squid does not answer on a running VM: ACPI shutdown first (a hung guest is destroyed after the
+    // grace, power.ts), then a start, as for `running: false` and back.
     progressLog(`KvmProxy ${vmName}: restarting it (refresh found its proxy not answering)`);
-    await session.host.destroyDomain(handle);
+    await stopDomain(session.host, handle, deadline);
   } else progressLog(`KvmProxy ${vmName}: starting it again (refresh found it not running)`);
   await session.host.startDomain(handle);
   const ready = await readyAfterRestart(session.host, handle, inputs, deadline, replaceOnNextUp);

@@ -15,7 +15,7 @@ import { ReplaceOnNextUpError } from "../common/replacement";
 import { FormFields } from "./client";
 import { ProxmoxProxyOutputs } from "./schema";
 import { tagsValue } from "./vm-config";
-import { startVm, stopVm, writeConfig } from "./vm";
+import { powerOffVm, startVm, writeConfig } from "./vm";
 import {
   CARRIED_KEYS,
   Props,
@@ -54,14 +54,16 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
       await step("write config", () => writeConfig(client, ref, changes, deadline));
     if (olds.running === spec.running && !restart) return { outs: plain({ ...carried }) };
     if (!spec.running) {
-      progress(spec.vmName, `stopping VMID ${ref.vmid} (running: false)`);
-      await step("stop", () => stopVm(client, ref, deadline));
+      progress(spec.vmName, `shutting down VMID ${ref.vmid} (running: false)`);
+      const how = await step("shut down", () => powerOffVm(client, ref, deadline));
+      if (how === "stopped")
+        progress(spec.vmName, `VMID ${ref.vmid} did not shut down in its grace period: stopped`);
       return { outs: plain({ ...carried, state: "stopped", ip: null, endpoint: null }) };
     }
     if (restart) {
-      // squid does not answer on a running VM: a hard stop and a start, as a crashed VM would get.
+      // squid does not answer on a running VM: shut down (a hung guest is stopped after the grace), then start.
       progress(spec.vmName, `restarting VMID ${ref.vmid} (refresh found its proxy not answering)`);
-      await step("stop", () => stopVm(client, ref, deadline));
+      await step("shut down", () => powerOffVm(client, ref, deadline));
     } else progress(spec.vmName, `starting VMID ${ref.vmid} again (refresh found it not running)`);
     await step("start", () => startVm(client, ref, deadline));
     const startedAt = Date.now();

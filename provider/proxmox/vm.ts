@@ -218,6 +218,40 @@ export async function stopVm(client: ProxmoxClient, ref: VmRef, deadline: Deadli
   await waitForTask(client, upid, { deadline });
 }
 
+/** How long a guest gets to power off cleanly before it is stopped hard (KVM's stopDomain waits as long). */
+const SHUTDOWN_GRACE_SECONDS = 60;
+
+/**
+ * Powers the VM off the way an operator would: PVE's shutdown first (ACPI, or the guest agent where the
+ * VM has one: squid closes its connections, the disk is clean), within a grace period of at most half
+ * what the deadline leaves; then a hard stop if the guest did not go (F24: PVE refuses to shut down a
+ * paused VM, and a hung guest lets the shutdown task time out). Says which it took.
+ */
+export async function powerOffVm(
+  client: ProxmoxClient,
+  ref: VmRef,
+  deadline: Deadline,
+): Promise<"shut down" | "stopped"> {
+  const graceSeconds = Math.max(
+    1,
+    Math.min(SHUTDOWN_GRACE_SECONDS, Math.floor(deadline.remainingMs() / 2000)),
+  );
+  try {
+    const upid = await client.post<string>(
+      `${vmPath(ref)}/status/shutdown`,
+      { timeout: graceSeconds },
+      { timeoutMs: deadline.capped(CALL_MS) },
+    );
+    await waitForTask(client, upid, { deadline });
+    return "shut down";
+  } catch (error) {
+    const refused = error instanceof EgressProxyError && /got timeout|paused/i.test(error.detail);
+    if (!refused) throw error;
+  }
+  await stopVm(client, ref, deadline);
+  return "stopped";
+}
+
 /** Purge from jobs/HA and destroy disks nothing references any more. */
 export async function destroyVm(
   client: ProxmoxClient,

@@ -132,8 +132,9 @@ describe("engine: egress re-checked on refresh, healed by up (ProxmoxProxy, simu
     const { checked, diff } = await planAfter(stored, refreshed);
     assert.deepEqual([diff.changes, diff.replaces], ["some", []]);
 
-    // The restart stops the VM; squid comes back with it.
+    // The restart shuts the VM down (not a hard stop: the guest powers off); squid comes back with it.
     const startedBefore = sim.vms.get(vmid)!.startedAt;
+    const requestsBefore = sim.requestLog.length;
     const back = (async () => {
       while (sim.vms.get(vmid)!.status !== "stopped") await new Promise((r) => setTimeout(r, 10));
       await proxyAgain("127.0.0.3");
@@ -149,6 +150,13 @@ describe("engine: egress re-checked on refresh, healed by up (ProxmoxProxy, simu
     assert.equal(healed.egressIp, "127.0.0.3");
     assert.equal(healed.vmid, vmid, "the same VM");
     assert.notEqual(sim.vms.get(vmid)!.startedAt, startedBefore, "started again");
+    assert.deepEqual(
+      sim.requestLog
+        .slice(requestsBefore)
+        .filter((line) => line.includes(`/qemu/${vmid}/status/`) && line.startsWith("POST"))
+        .map((line) => line.replace(/^.*\/status\//, "")),
+      ["shutdown", "start"],
+    );
     const after = { id: stored.id, outputs: healed, inputs: checked.inputs };
     const rounds = await refreshThenPlan(server, captured.urn, after, captured.inputs);
     assert.deepEqual(planSummary(rounds), ["none", "none", "none"]);

@@ -35,6 +35,7 @@ import {
   labConnection,
   linkHostToLab,
   refreshWithRecheck,
+  inGuest,
   removeCachedBaseImage,
   serveImage,
   type ProxyImage,
@@ -523,6 +524,21 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
     assert.equal(outs.egressProblem, null);
     assert.equal(outs.egressIp, natAddress);
     assert.equal(outs.libvirtUuid, created[1]!.outs.libvirtUuid, "the same VM");
+    // Shut down, not reset: the guest's previous boot (its journal is persistent) ended powering off.
+    const previousBoot = await inGuest(lab, vmNameOf(1), "/bin/journalctl", [
+      "-b",
+      "-1",
+      "--no-pager",
+      "-q",
+      "-n",
+      "40",
+    ]);
+    assert.equal(previousBoot.exitcode, 0, previousBoot.out);
+    assert.match(
+      previousBoot.out,
+      /Reached target .*(Power-Off|System Power Off)/,
+      previousBoot.out,
+    );
     created[1] = { id: created[1]!.id, outs };
     const healed = await refresh(1);
     assert.equal(healed.props.egressProblem, null);

@@ -359,6 +359,43 @@ describe("pve-sim reproduces the Proxmox behaviours of docs/proxmox.md", () => {
     assert.equal((await taskDone(env.sim, again.json!.data as string)).exitstatus, "OK");
   });
 
+  it("F24: shutdown powers a running VM off cleanly; refused on a paused one; a hung guest times out unless forceStop", async () => {
+    const post = async (path: string, form?: Record<string, string | number>) =>
+      api(env.sim, "POST", `/nodes/pve/qemu/320/status/${path}`, form ? { form } : {});
+    const run = async (path: string, form?: Record<string, string | number>) => {
+      const reply = await post(path, form);
+      assert.equal(reply.status, 200, reply.text);
+      return taskDone(env.sim, reply.json!.data as string);
+    };
+    const status = () => env.sim.vms.get(320)!.status;
+    await taskDone(env.sim, await clone(env.sim, 320));
+    // Stopped already: the task just finishes OK, as a stop does.
+    assert.equal((await run("shutdown", { timeout: 1 })).exitstatus, "OK");
+    await run("start");
+    const clean = await post("shutdown", { timeout: 1 });
+    assert.match(String(clean.json?.data), /:qmshutdown:320:/);
+    assert.equal((await taskDone(env.sim, clean.json!.data as string)).exitstatus, "OK");
+    assert.equal(status(), "stopped");
+
+    await run("start");
+    await run("suspend");
+    const paused = await post("shutdown", { timeout: 1 });
+    assert.deepEqual([paused.status, paused.json?.data], [500, null]);
+    assert.match(paused.reason, /VM is paused - cannot shutdown/);
+    assert.equal(status(), "running");
+    await run("stop");
+
+    await run("start");
+    env.sim.hangGuest(320);
+    assert.equal(
+      (await run("shutdown", { timeout: 1 })).exitstatus,
+      "VM quit/powerdown failed - got timeout",
+    );
+    assert.equal(status(), "running");
+    assert.equal((await run("shutdown", { timeout: 1, forceStop: 1 })).exitstatus, "OK");
+    assert.equal(status(), "stopped");
+  });
+
   it("F15: a clone onto a storage without image support is refused up front, no VM left", async () => {
     const reply = await api(env.sim, "POST", "/nodes/pve/qemu/9000/clone", {
       form: { newid: 307, full: 1, storage: "local" },

@@ -20,6 +20,7 @@ export type TaskType =
   | "resize"
   | "qmstart"
   | "qmstop"
+  | "qmshutdown"
   | "qmsuspend"
   | "qmresume"
   | "qmdestroy"
@@ -70,6 +71,8 @@ export interface SimulatorOptions {
   storageLockTimeoutMs?: number;
   /** Waiting for a per-VM flock longer than this fails with "got timeout". */
   flockTimeoutMs?: number;
+  /** Real milliseconds per second of a shutdown's `timeout` (a hung guest's shutdown waits that long). */
+  shutdownSecondMs?: number;
   /** Config writes apply at once and answer `null` instead of a UPID (the flow allows both). */
   configWritesAnswerNull?: boolean;
   /** Random seed bytes for MACs are drawn from crypto; pid counters start here. */
@@ -92,6 +95,8 @@ export interface SimVm {
   status: "running" | "stopped";
   paused: boolean;
   startedAt?: number;
+  /** The guest ignores ACPI power-off and has no agent to shut down with (hung, or no handler). */
+  ignoresShutdown?: boolean;
 }
 
 export interface SimTask {
@@ -166,6 +171,7 @@ export class PveSimulator {
       storageLockHoldMs: options.storageLockHoldMs ?? 5,
       storageLockTimeoutMs: options.storageLockTimeoutMs ?? 60_000,
       flockTimeoutMs: options.flockTimeoutMs ?? 10_000,
+      shutdownSecondMs: options.shutdownSecondMs ?? 1000,
       firstPid: options.firstPid ?? 0x3000,
       configWritesAnswerNull: options.configWritesAnswerNull ?? false,
       failTask: options.failTask,
@@ -236,6 +242,11 @@ export class PveSimulator {
         net0: `virtio=${newMac()},bridge=vmbr0`,
       },
     });
+  }
+
+  /** The guest stops answering power-off requests (hung): a shutdown task times out (F24). */
+  hangGuest(vmid: number): void {
+    this.requireVm(vmid).ignoresShutdown = true;
   }
 
   /** QEMU paused the VM (e.g. I/O error): status stays running, qmpstatus paused (F14). */
@@ -433,6 +444,8 @@ export class PveSimulator {
         return this.start(caller, vmid);
       case "POST /nodes/*/qemu/*/status/stop":
         return this.stop(caller, vmid);
+      case "POST /nodes/*/qemu/*/status/shutdown":
+        return this.shutdown(caller, vmid, form());
       case "POST /nodes/*/qemu/*/status/suspend":
         return this.powerTask(caller, vmid, "qmsuspend", (vm) => (vm.paused = true));
       case "POST /nodes/*/qemu/*/status/resume":
@@ -827,6 +840,36 @@ export class PveSimulator {
         if (current === undefined) return;
         current.status = "stopped";
         current.paused = false;
+        current.ignoresShutdown = false;
+        current.startedAt = undefined;
+      });
+    });
+  }
+
+  /**
+   * F24: a clean power-off within `timeout` seconds (ACPI, or the guest agent when configured). A paused
+   * VM is refused before any task; a stopped one finishes OK; a guest that ignores it fails the task
+   * with "got timeout" after `timeout`, unless `forceStop` stops it then.
+   */
+  private shutdown(caller: Caller, vmid: number, params: Record<string, string>): string {
+    const vm = this.requireVm(vmid);
+    this.require(caller, `/vms/${vmid}`, "VM.PowerMgmt");
+    this.checkLock(vm);
+    const force = params.forceStop === "1";
+    if (vm.status === "running" && vm.paused && !force)
+      throw new ApiError(500, "VM is paused - cannot shutdown");
+    const timeoutSeconds = Number(params.timeout ?? 600);
+    return this.startTask(caller, "qmshutdown", String(vmid), async () => {
+      await this.withFlock(vmid, async () => {
+        const current = this.vms.get(vmid);
+        if (current === undefined || current.status !== "running") return;
+        if (current.ignoresShutdown || current.paused) {
+          await sleep(timeoutSeconds * this.options.shutdownSecondMs);
+          if (!force) throw new Error("VM quit/powerdown failed - got timeout");
+        } else await sleep(this.taskMs("qmshutdown"));
+        current.status = "stopped";
+        current.paused = false;
+        current.ignoresShutdown = false;
         current.startedAt = undefined;
       });
     });
