@@ -10,15 +10,15 @@ import { useSimulator } from "./harness";
 import { checked, userInputs } from "./fixtures";
 import { PveSimulator } from "./simulator";
 
-async function runningProxy(sim: PveSimulator) {
+/**
+ * Creates a running proxy, lets `before` do to its VM what the test needs (hang its guest, pause it),
+ * then stops it through `update` and returns the power calls and tasks that made, in order.
+ */
+async function stopThroughUpdate(sim: PveSimulator, before: (vmid: number) => void = () => {}) {
   const inputs = await checked(userInputs(sim));
-  const created = await provider.create(inputs);
-  return { inputs, ...created };
-}
-
-/** Stops the proxy through `update` and returns the power calls and tasks that it made, in order. */
-async function stopThroughUpdate(sim: PveSimulator) {
-  const { id, outs, inputs } = await runningProxy(sim);
+  const { id, outs } = await provider.create(inputs);
+  const vmid = Number(outs.vmid);
+  before(vmid);
   const news = await checked(userInputs(sim, { vmName: inputs.vmName, running: false }), {
     ...outs,
   });
@@ -27,7 +27,7 @@ async function stopThroughUpdate(sim: PveSimulator) {
   const { outs: updated } = await provider.update(id, { ...outs }, news);
   return {
     updated,
-    vm: sim.vms.get(Number(outs.vmid))!,
+    vm: sim.vms.get(vmid)!,
     powerCalls: sim.requestLog
       .slice(requestsBefore)
       .filter((line) => /\/status\/(shutdown|stop|start)$/.test(line))
@@ -51,40 +51,21 @@ describe("ProxmoxProxy running: false shuts the VM down before it stops it (simu
   });
 
   it("a hung guest: the shutdown times out, then the VM is stopped", async () => {
-    const inputs = await checked(userInputs(env.sim));
-    const { id, outs } = await provider.create(inputs);
-    env.sim.hangGuest(Number(outs.vmid));
-    const news = await checked(userInputs(env.sim, { vmName: inputs.vmName, running: false }), {
-      ...outs,
-    });
-    const tasksBefore = env.sim.tasks.size;
-    const { outs: updated } = await provider.update(id, { ...outs }, news);
-    assert.deepEqual(
-      [...env.sim.tasks.values()]
-        .slice(tasksBefore)
-        .map((task) => `${task.type} ${task.exitstatus}`),
-      ["qmshutdown VM quit/powerdown failed - got timeout", "qmstop OK"],
+    const { updated, vm, powerCalls, tasks } = await stopThroughUpdate(env.sim, (vmid) =>
+      env.sim.hangGuest(vmid),
     );
-    assert.equal(env.sim.vms.get(Number(outs.vmid))!.status, "stopped");
+    assert.deepEqual(powerCalls, ["shutdown", "stop"]);
+    assert.deepEqual(tasks, ["qmshutdown VM quit/powerdown failed - got timeout", "qmstop OK"]);
+    assert.equal(vm.status, "stopped");
     assert.equal(updated.state, "stopped");
   });
 
-  it("a paused VM: PVE refuses the shutdown, the VM is stopped", async () => {
-    const inputs = await checked(userInputs(env.sim));
-    const { id, outs } = await provider.create(inputs);
-    env.sim.pauseVm(Number(outs.vmid));
-    const news = await checked(userInputs(env.sim, { vmName: inputs.vmName, running: false }), {
-      ...outs,
-    });
-    const requestsBefore = env.sim.requestLog.length;
-    await provider.update(id, { ...outs }, news);
-    assert.deepEqual(
-      env.sim.requestLog
-        .slice(requestsBefore)
-        .filter((line) => /\/status\/(shutdown|stop)$/.test(line))
-        .map((line) => line.replace(/^POST .*\/status\//, "")),
-      ["shutdown", "stop"],
+  it("a paused VM: PVE refuses the shutdown before any task, the VM is stopped", async () => {
+    const { vm, powerCalls, tasks } = await stopThroughUpdate(env.sim, (vmid) =>
+      env.sim.pauseVm(vmid),
     );
-    assert.equal(env.sim.vms.get(Number(outs.vmid))!.status, "stopped");
+    assert.deepEqual(powerCalls, ["shutdown", "stop"]);
+    assert.deepEqual(tasks, ["qmstop OK"]);
+    assert.equal(vm.status, "stopped");
   });
 });
