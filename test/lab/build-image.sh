@@ -4,7 +4,8 @@
 #   mmdebstrap -> directory rootfs -> mkfs.ext4 -d (at a byte offset inside a raw file)
 #   BIOS:  grub i386-pc boot.img + core.img written with dd into the MBR gap
 #   UEFI:  FAT ESP (mkfs.fat --offset + mcopy) with a grub x86_64-efi image as \EFI\BOOT\BOOTX64.EFI
-# Guest contents: linux-image-cloud-amd64, systemd, cloud-init (NoCloud only), qemu-guest-agent,
+# Guest contents: linux-image-cloud-amd64, systemd with dbus (so logind handles the power button and the
+# agent's guest-shutdown works, as in Debian's cloud images), cloud-init (NoCloud only), qemu-guest-agent,
 # squid, ifupdown + isc-dhcp-client. Root password "lab" (serial console debugging only).
 # The guest has no route out of the lab, so everything a test VM runs must already be in here.
 #
@@ -151,7 +152,7 @@ mmdebstrap --variant=minbase \
   --dpkgopt=force-unsafe-io --dpkgopt='path-exclude=/usr/share/doc/*' \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
   --dpkgopt='path-exclude=/usr/share/locale/*' \
-  --include=systemd-sysv,udev,kmod,e2fsprogs,linux-image-cloud-amd64,initramfs-tools,cloud-init,qemu-guest-agent,squid,ifupdown,isc-dhcp-client,iproute2,netbase,procps,iputils-ping \
+  --include=systemd-sysv,dbus,udev,kmod,e2fsprogs,linux-image-cloud-amd64,initramfs-tools,cloud-init,qemu-guest-agent,squid,ifupdown,isc-dhcp-client,iproute2,netbase,procps,iputils-ping \
   --essential-hook="$WORK/initramfs.sh \"\$1\"" \
   --customize-hook="$WORK/customize.sh \"\$1\"" \
   bookworm "$ROOTFS" "$SOURCES"
