@@ -48,6 +48,14 @@ export class Deadline {
 }
 
 /** Sleeps, but never past the deadline. */
+/**
+ * How long a guest gets to power off cleanly before it is stopped hard, on every backend: a minute, or
+ * half of what the deadline leaves, so the hard stop and what follows it still fit.
+ */
+export function shutdownGraceMs(deadline: Deadline): number {
+  return Math.min(60_000, deadline.remainingMs() / 2);
+}
+
 export function sleepWithin(ms: number, deadline?: Deadline): Promise<void> {
   const wait = deadline === undefined ? ms : Math.min(ms, deadline.remainingMs());
   return new Promise((resolve) => setTimeout(resolve, wait));

@@ -3,7 +3,7 @@
  * the VM's power (started again after a refresh found it stopped, or shut
  * down on request). Everything else about a KvmProxy replaces it.
  */
-import { type Deadline, sleepWithin } from "../common/deadline";
+import { type Deadline, shutdownGraceMs, sleepWithin } from "../common/deadline";
 import type { DomainHandle } from "../libvirt-rpc-xdr";
 import type { LibvirtHost } from "./host";
 import type { KvmProxyInputs } from "./schema";
@@ -30,9 +30,6 @@ export function inPlaceChanges(olds: Props, inputs: KvmProxyInputs): InPlaceChan
 export const anyInPlaceChange = (changes: InPlaceChanges): boolean =>
   changes.startOnBoot || changes.running;
 
-/** How long a guest gets to power off on ACPI before it is stopped hard. */
-const SHUTDOWN_GRACE_MS = 60_000;
-
 /**
  * Powers the domain off: ACPI first (squid closes its connections, the disk
  * is clean), hard after the grace period or when the deadline is near. A
@@ -44,7 +41,7 @@ export async function stopDomain(
   deadline: Deadline,
 ): Promise<void> {
   await host.shutdownDomain(dom);
-  const graceEnds = Date.now() + Math.min(SHUTDOWN_GRACE_MS, deadline.remainingMs() / 2);
+  const graceEnds = Date.now() + shutdownGraceMs(deadline);
   while (Date.now() < graceEnds) {
     if ((await host.state(dom)).state === "stopped") return;
     await sleepWithin(1000, deadline);

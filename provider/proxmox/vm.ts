@@ -1,4 +1,4 @@
-import { Deadline, sleepWithin } from "../common/deadline";
+import { Deadline, shutdownGraceMs, sleepWithin } from "../common/deadline";
 import { EgressProxyError, isNotFound, isTransient } from "../common/errors";
 import { pickIpv6, type Ipv6Settings } from "../common/ip-families";
 import { FormFields, ProxmoxClient, segment } from "./client";
@@ -218,9 +218,6 @@ export async function stopVm(client: ProxmoxClient, ref: VmRef, deadline: Deadli
   await waitForTask(client, upid, { deadline });
 }
 
-/** How long a guest gets to power off cleanly before it is stopped hard (KVM's stopDomain waits as long). */
-const SHUTDOWN_GRACE_SECONDS = 60;
-
 /**
  * Powers the VM off the way an operator would: PVE's shutdown first (ACPI, or the guest agent where the
  * VM has one: squid closes its connections, the disk is clean), within a grace period of at most half
@@ -232,10 +229,7 @@ export async function powerOffVm(
   ref: VmRef,
   deadline: Deadline,
 ): Promise<"shut down" | "stopped"> {
-  const graceSeconds = Math.max(
-    1,
-    Math.min(SHUTDOWN_GRACE_SECONDS, Math.floor(deadline.remainingMs() / 2000)),
-  );
+  const graceSeconds = Math.max(1, Math.floor(shutdownGraceMs(deadline) / 1000));
   try {
     const upid = await client.post<string>(
       `${vmPath(ref)}/status/shutdown`,
