@@ -102,7 +102,7 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
     echo6 = await startEchoServer(v6);
     proxy4 = await startForwardProxy({ host: "127.0.0.2", auth: AUTH, egressAddress: "127.0.0.3" });
     proxy6 = await startForwardProxy({ host: v6, auth: AUTH, port: proxy4.port });
-    captured = captureDualStack("edge-dual");
+    captured = await captureDualStack("edge-dual");
     server = await fixture.startServer({
       config: { "egress-proxies:proxmoxApiToken": sim.tokenFor() },
     });
@@ -117,8 +117,11 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
   });
 
   /** A dual-stack ProxmoxProxy checking egress on both families, re-checked on refresh. */
-  function captureDualStack(name: string, egressCheck: Props = {}): CapturedResource {
-    return captureResourceInputs(
+  async function captureDualStack(
+    name: string,
+    egressCheck: Props = {},
+  ): Promise<CapturedResource> {
+    return await captureResourceInputs(
       fixture.project,
       "ProxmoxProxy",
       name,
@@ -261,7 +264,7 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
         port: proxy4.port,
         egressAddress: () => sources[turn++ % sources.length]!,
       });
-      const prefixed = captureDualStack("edge-prefix", {
+      const prefixed = await captureDualStack("edge-prefix", {
         ipv6Samples: 20,
         ipv6Prefix: { prefix: `${routed}::/64`, mode: "random" },
       });

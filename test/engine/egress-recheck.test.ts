@@ -40,7 +40,7 @@ describe("engine: egress re-checked on refresh, healed by up (ProxmoxProxy, simu
     sim = await fixture.startSimulator({ guestAddress: () => "127.0.0.2" });
     echo = await startEchoServer("127.0.0.1");
     proxy = await startForwardProxy({ host: "127.0.0.2", auth: AUTH, egressAddress: "127.0.0.3" });
-    captured = captureResourceInputs(
+    captured = await captureResourceInputs(
       fixture.project,
       "ProxmoxProxy",
       "edge-recheck",

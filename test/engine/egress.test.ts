@@ -36,7 +36,7 @@ describe("engine: the egress check through the dynamic-provider gRPC server", fu
   });
 
   it("keeps the check's settings secret, records egressIp, and deletes from the outputs", async () => {
-    const captured = captureResourceInputs(
+    const captured = await captureResourceInputs(
       fixture.project,
       "ProxmoxProxy",
       "edge-egress",

@@ -131,8 +131,8 @@ describe("frozen API: what existing state and VMs depend on (docs/frozen-api.md)
           assert.equal(typeof module[method], "function", `${frozen.module} must export ${method}`);
       });
 
-      it("its serialized provider requires only frozen paths and calls only frozen exports", () => {
-        const captured = captureResourceInputs(project, name, "frozen", frozen.args);
+      it("its serialized provider requires only frozen paths and calls only frozen exports", async () => {
+        const captured = await captureResourceInputs(project, name, "frozen", frozen.args);
         assert.equal(captured.type, frozen.type);
         const requires = requiresOf(String(captured.inputs.__provider));
         assert.deepEqual(
@@ -147,7 +147,7 @@ describe("frozen API: what existing state and VMs depend on (docs/frozen-api.md)
 
       if (frozen.namesVm)
         it("check reuses a generated name that old state records under vmName and vmNameChosenBy", async () => {
-          const captured = captureResourceInputs(project, name, "frozen", frozen.args);
+          const captured = await captureResourceInputs(project, name, "frozen", frozen.args);
           const module = load(join(installed, frozen.module)) as {
             check(olds: object, news: object): Promise<{ inputs: Record<string, unknown> }>;
           };

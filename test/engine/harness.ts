@@ -20,6 +20,7 @@ import * as providerProto from "@pulumi/pulumi/proto/provider_pb";
 import * as engineRpc from "@pulumi/pulumi/proto/engine_grpc_pb";
 import { Empty } from "google-protobuf/google/protobuf/empty_pb";
 import { packRepository } from "./pack";
+import { ProgramHost } from "./program-host";
 
 /**
  * Does what the Pulumi engine does with a dynamic resource, using the SDK's own
@@ -91,7 +92,10 @@ export function packIntoConsumerProject(
     return {
       dir,
       packageName: manifest.name,
-      remove: () => rmSync(dir, { recursive: true, force: true }),
+      remove: () => {
+        ProgramHost.stopUnder(dir);
+        rmSync(dir, { recursive: true, force: true });
+      },
     };
   } catch (error) {
     rmSync(dir, { recursive: true, force: true });
@@ -155,9 +159,8 @@ export function unwrapSecrets(value: unknown, onSecret: () => void = () => undef
 
 const CAPTURE_PROGRAM = `
 const fs = require("node:fs");
-const [outFile, moduleName, exportName, resourceName, argsJson, project, stack, getId] = process.argv.slice(2);
 const pulumi = require("@pulumi/pulumi");
-async function main() {
+async function main(outFile, moduleName, exportName, resourceName, argsJson, project, stack, getId) {
   await pulumi.runtime.setMocks(
     {
       newResource(args) {
@@ -178,18 +181,6 @@ async function main() {
 }
 `;
 
-/** Calls the program's `main` and makes any failure, even an unhandled rejection, its exit code. */
-const PROGRAM_RUNNER = `
-main().catch((error) => {
-  console.error(error && error.stack ? error.stack : String(error));
-  process.exitCode = 1;
-});
-process.on("unhandledRejection", (error) => {
-  console.error("unhandled rejection: " + (error && error.stack ? error.stack : String(error)));
-  process.exitCode = 1;
-});
-`;
-
 /** The project and stack a consumer program and the provider server run as, unless a test says otherwise. */
 export const CONSUMER_IDENTITY = { project: "egress-consumer", stack: "engine-test" };
 
@@ -197,27 +188,26 @@ export const urnOf = (identity: { project: string; stack: string }, type: string
   `urn:pulumi:${identity.stack}::${identity.project}::${type}::${name}`;
 
 /**
- * Runs `program` (which defines an async `main`) in a child node process in
- * the consumer directory, so the installed package resolves as users see it
- * and mocks never leak into other tests, and returns what it wrote to its
- * first argument, a file. Its arguments are that file, then the package
- * name, `exportName`, `resourceName`, the JSON of `args`, the project and
- * stack of `identity`, then `extra`. `name` names the program's files.
+ * Runs `program` (which defines an async `main`) in a node process in the
+ * consumer directory, so the installed package resolves as users see it and
+ * mocks never leak into other tests, and returns what it wrote to its first
+ * argument, a file. Its arguments are that file, then the package name,
+ * `exportName`, `resourceName`, the JSON of `args`, the project and stack of
+ * `identity`, then `extra`. `name` names the program's files. The process
+ * stays for the next run of the same program (./program-host.ts).
  */
-export function runResourceProgram(
+export async function runResourceProgram(
   project: ConsumerProject,
   name: string,
   program: string,
   resource: { exportName: string; resourceName: string; args: Record<string, unknown> },
   identity: { project: string; stack: string },
   extra: readonly string[] = [],
-): string {
-  const programFile = join(project.dir, `${name}-program.js`);
-  // Runs are synchronous, so one output file per kind of program suffices.
-  const outFile = join(project.dir, `${name}-output.json`);
-  writeFileSync(programFile, program + PROGRAM_RUNNER);
-  rmSync(outFile, { force: true });
-  const args = [
+): Promise<string> {
+  const host = ProgramHost.for(join(project.dir, `${name}-program.js`), program, project.dir);
+  const outFile = join(project.dir, `${name}-output-${++programRuns}.json`);
+  await host.run([
+    outFile,
     project.packageName,
     resource.exportName,
     resource.resourceName,
@@ -225,27 +215,25 @@ export function runResourceProgram(
     identity.project,
     identity.stack,
     ...extra,
-  ];
+  ]);
   try {
-    execFileSync(process.execPath, [programFile, outFile, ...args], {
-      cwd: project.dir,
-      stdio: ["ignore", "pipe", "pipe"],
-      timeout: 60_000,
-      env: { ...process.env, PULUMI_TEST_MODE: "true" },
-    });
+    return readFileSync(outFile, "utf8");
   } catch (error) {
-    const stderr = (error as { stderr?: Buffer }).stderr?.toString() ?? "";
-    throw new Error(`the consumer program failed: ${stderr || String(error)}`);
+    throw new Error(
+      `the consumer program registered nothing: ${error instanceof Error ? error.message : String(error)}`,
+    );
+  } finally {
+    rmSync(outFile, { force: true });
   }
-  return readFileSync(outFile, "utf8");
 }
+let programRuns = 0;
 
 /**
  * Runs a consumer program that constructs `new <exportName>(resourceName, args)`
  * from the installed package under mocks, and returns what it registered. A
  * serialization failure of `__provider` fails here, as it would in `pulumi up`.
  */
-export function captureResourceInputs(
+export async function captureResourceInputs(
   project: ConsumerProject,
   exportName: string,
   resourceName: string,
@@ -253,9 +241,9 @@ export function captureResourceInputs(
   identity: { project: string; stack: string } = CONSUMER_IDENTITY,
   /** Capture `<exportName>.get(resourceName, getId, args)` (a ReadResource) instead. */
   getId?: string,
-): CapturedResource {
+): Promise<CapturedResource> {
   const captured = JSON.parse(
-    runResourceProgram(
+    await runResourceProgram(
       project,
       "capture",
       CAPTURE_PROGRAM,

@@ -95,13 +95,13 @@ describe(`a consumer stack without ${KUBERNETES} installed`, function () {
     );
   });
 
-  it("runs a pool under Pulumi mocks", () => {
-    const captured = captureResourceInputs(project, "EgressProxyPool", "edge", POOL_ARGS);
+  it("runs a pool under Pulumi mocks", async () => {
+    const captured = await captureResourceInputs(project, "EgressProxyPool", "edge", POOL_ARGS);
     assert.match(captured.type, /KvmProxy/);
   });
 
-  it(`fails with the package name and \`npm install ${KUBERNETES}\` when kubernetes is set`, () => {
-    assert.throws(
+  it(`fails with the package name and \`npm install ${KUBERNETES}\` when kubernetes is set`, async () => {
+    await assert.rejects(
       () =>
         captureResourceInputs(project, "EgressProxyPool", "published", {
           ...POOL_ARGS,

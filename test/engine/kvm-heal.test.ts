@@ -73,10 +73,15 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
   }
 
   /** The program for every member (a pool's `count` members, the same arguments). */
-  function declare(overrides: Props = {}): void {
+  async function declare(overrides: Props = {}): Promise<void> {
     for (let index = 0; index < SIZE; index++) {
       const name = `${PREFIX}-${index}`;
-      const captured = captureResourceInputs(project, "KvmProxy", name, programArgs(overrides));
+      const captured = await captureResourceInputs(
+        project,
+        "KvmProxy",
+        name,
+        programArgs(overrides),
+      );
       const member = members.find((m) => m.name === name);
       if (member === undefined) members.push({ name, urn: captured.urn, program: captured.inputs });
       else member.program = captured.inputs;
@@ -121,7 +126,7 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
     server = await DynamicProviderServer.start(project);
     server.callTimeoutMs = engineCallMs();
     await server.configure({});
-    declare();
+    await declare();
     const created = await upAll(server, members);
     track();
     assert.deepEqual(
@@ -238,7 +243,7 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
     const uuid = uuidOf(slow);
     virsh("destroy", vmNameOf(slow));
     // Readiness by the guest agent's address within 3 s: a TCG guest is nowhere near booted by then.
-    declare({
+    await declare({
       readiness: { mode: "address" },
       timeouts: { createSeconds: 300, readySeconds: 3, deleteSeconds: 120 },
     });
@@ -271,7 +276,7 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
     assert.equal(uuidOf(slow), replacement, "the same replacement, waited for again");
 
     // With a budget it can meet, the next up completes it.
-    declare();
+    await declare();
     assert.deepEqual(stepSummary(await upWithRefresh(server, members)), [
       `${slow.name}:update`,
       `${other.name}:update`,

@@ -110,7 +110,7 @@ describe("engine: a KvmProxy pool after a host reboot (private libvirtd, real dy
         readiness: { mode: "none" },
         timeouts: { createSeconds: 300, readySeconds: 60, deleteSeconds: 120 },
       };
-      const captured = captureResourceInputs(project, "KvmProxy", name, args);
+      const captured = await captureResourceInputs(project, "KvmProxy", name, args);
       members.push({ name, urn: captured.urn, program: captured.inputs });
     }
     assert.deepEqual(

@@ -87,9 +87,9 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     };
   }
 
-  it("serializes a small provider closure that holds no credential", () => {
+  it("serializes a small provider closure that holds no credential", async () => {
     const args = programArgs();
-    const captured = captureResourceInputs(project, "KvmProxy", "edge-a", args);
+    const captured = await captureResourceInputs(project, "KvmProxy", "edge-a", args);
     const serialized = String(captured.inputs.__provider);
     assert.equal(captured.type, "pulumi-nodejs:dynamic/egress-proxies:KvmProxy");
     assert.deepEqual(captured.secretInputs.sort(), ["connection", "userData"]);
@@ -103,7 +103,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
   it("previews with unknown values and no credentials (check and diff offline)", async () => {
     const server = await startServer();
     await server.configure({});
-    const captured = captureResourceInputs(project, "KvmProxy", "edge-preview", {
+    const captured = await captureResourceInputs(project, "KvmProxy", "edge-preview", {
       image: { url: "https://images.invalid/debian-12.qcow2" },
       connection: { host: "kvm-that-does-not-resolve.invalid" },
     });
@@ -124,7 +124,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
   it("reports check failures by property with the fix", async () => {
     const server = await startServer();
     await server.configure({});
-    const captured = captureResourceInputs(
+    const captured = await captureResourceInputs(
       project,
       "KvmProxy",
       "edge-bad",
@@ -150,7 +150,10 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     await server.configure({ "egress-proxies:kvmPrivateKey": readFileSync(lab.clientKey, "utf8") });
     const args = programArgs();
     const { privateKey: _fromConfig, ...connection } = args.connection as Props;
-    const captured = captureResourceInputs(project, "KvmProxy", "edge-b", { ...args, connection });
+    const captured = await captureResourceInputs(project, "KvmProxy", "edge-b", {
+      ...args,
+      connection,
+    });
     const { urn } = captured;
     const checked = await server.check(urn, {}, captured.inputs);
     assert.deepEqual(checked.failures, []);
@@ -243,7 +246,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
 
     // KvmProxy.get in a program of this stack adopts it (a ReadResource, read-only to Pulumi),
     // with only the inputs on the request as newer engines send a Get; another stack is refused.
-    const got = captureResourceInputs(
+    const got = await captureResourceInputs(
       project,
       "KvmProxy",
       "edge-adopted",
@@ -257,7 +260,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     assert.equal(adopted.properties.libvirtUuid, outputs.libvirtUuid);
     assert.equal(adopted.properties.memoryMiB, 256);
     assert.equal(adopted.properties.state, "running");
-    const theirs = captureResourceInputs(
+    const theirs = await captureResourceInputs(
       project,
       "KvmProxy",
       "edge-theirs",
@@ -273,7 +276,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     // Adopt, then declare (what the engine sends is spelt out in proxmox.test.ts): the `.get`
     // state, read either way an engine sends a Get, diffs clean against the same resource
     // declared with the creating arguments; a real change still shows.
-    const declared = captureResourceInputs(project, "KvmProxy", "edge-adopted", {
+    const declared = await captureResourceInputs(project, "KvmProxy", "edge-adopted", {
       ...args,
       connection,
     });
@@ -306,7 +309,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     }
     // The engine's own path after a `.get` (Check without olds, then create): named as the VM
     // is, create finds the domain and adopts it in place (the same UUID, nothing defined anew).
-    const named = captureResourceInputs(project, "KvmProxy", "edge-adopted", {
+    const named = await captureResourceInputs(project, "KvmProxy", "edge-adopted", {
       ...args,
       connection,
       vmName: inputs.vmName,
@@ -359,7 +362,12 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     const server = await startServer();
     await server.configure({});
     const recordOf = async (name: string, overrides: Props) => {
-      const captured = captureResourceInputs(project, "KvmProxy", name, programArgs(overrides));
+      const captured = await captureResourceInputs(
+        project,
+        "KvmProxy",
+        name,
+        programArgs(overrides),
+      );
       const checked = await server.check(captured.urn, {}, captured.inputs);
       assert.deepEqual(checked.failures, []);
       const error = await server.create(captured.urn, checked.inputs).then(

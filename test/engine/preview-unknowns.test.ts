@@ -38,7 +38,7 @@ describe("engine: preview with unknown inputs (check and diff over gRPC)", funct
 
     before(async () => {
       server = await fixture.startServer({ config: {} });
-      const first = captureRegistration(fixture.project, "KvmProxy", "edge-k", program());
+      const first = await captureRegistration(fixture.project, "KvmProxy", "edge-k", program());
       const checked = await server.check(first.urn, {}, first.inputs);
       assert.deepEqual(checked.failures, []);
       priorInputs = checked.inputs;
@@ -57,7 +57,7 @@ describe("engine: preview with unknown inputs (check and diff over gRPC)", funct
     });
 
     async function previewDiff(args: Props) {
-      const registration = captureRegistration(fixture.project, "KvmProxy", "edge-k", args, {
+      const registration = await captureRegistration(fixture.project, "KvmProxy", "edge-k", args, {
         preview: true,
       });
       const checked = await server.check(registration.urn, priorInputs, registration.inputs);
@@ -149,7 +149,7 @@ describe("engine: preview with unknown inputs (check and diff over gRPC)", funct
       server = await fixture.startServer({
         config: { "egress-proxies:proxmoxApiToken": sim.tokenFor() },
       });
-      const first = captureRegistration(fixture.project, "ProxmoxProxy", "edge-p", program());
+      const first = await captureRegistration(fixture.project, "ProxmoxProxy", "edge-p", program());
       urn = first.urn;
       const checked = await server.check(urn, {}, first.inputs);
       assert.deepEqual(checked.failures, []);
@@ -162,9 +162,15 @@ describe("engine: preview with unknown inputs (check and diff over gRPC)", funct
     });
 
     async function previewDiff(args: Props) {
-      const registration = captureRegistration(fixture.project, "ProxmoxProxy", "edge-p", args, {
-        preview: true,
-      });
+      const registration = await captureRegistration(
+        fixture.project,
+        "ProxmoxProxy",
+        "edge-p",
+        args,
+        {
+          preview: true,
+        },
+      );
       const checked = await server.check(urn, priorInputs, registration.inputs);
       const diff = await server.diff(urn, created.id, created.properties, checked.inputs);
       return { checked, diff };

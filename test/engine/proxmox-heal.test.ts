@@ -38,7 +38,7 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
   /** A replacement may reuse the freed VMID (candidates follow the name): the mark's time tells VMs apart. */
   const bornOf = (member: Member): string => String(member.stored!.outputs.createdAt);
 
-  function declare(overrides: Props = {}): void {
+  async function declare(overrides: Props = {}): Promise<void> {
     for (let index = 0; index < SIZE; index++) {
       const name = `pve-heal-${index}`;
       const args = simulatorProxyArgs(sim, {
@@ -46,7 +46,7 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
         userData: "#cloud-config\nruncmd: [echo heal]\n",
         ...overrides,
       });
-      const captured = captureResourceInputs(fixture.project, "ProxmoxProxy", name, args);
+      const captured = await captureResourceInputs(fixture.project, "ProxmoxProxy", name, args);
       const member = members.find((m) => m.name === name);
       if (member === undefined) members.push({ name, urn: captured.urn, program: captured.inputs });
       else member.program = captured.inputs;
@@ -84,7 +84,7 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
   before(async () => {
     sim = await fixture.startSimulator();
     server = await fixture.startServer({ config: {} });
-    declare();
+    await declare();
     assert.deepEqual(
       stepSummary(await upAll(server, members)),
       members.map((m) => `${m.name}:create`),
@@ -190,7 +190,7 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
     Object.assign(vmOf(slow), { status: "stopped", startedAt: undefined });
     sim.options.agentNeverUp = true;
     try {
-      declare({ timeouts: { createSeconds: 60, readySeconds: 3, deleteSeconds: 60 } });
+      await declare({ timeouts: { createSeconds: 60, readySeconds: 3, deleteSeconds: 60 } });
       const first = await upWithRefresh(server, members);
       assert.deepEqual(stepSummary(first), [`${slow.name}:update!`, `${other.name}:update`]);
       assert.match(first[0]!.error!, /not ready \d+ s after `up` started it again/);
@@ -211,7 +211,7 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
     } finally {
       sim.options.agentNeverUp = false;
     }
-    declare();
+    await declare();
     assert.deepEqual(stepSummary(await upWithRefresh(server, members)), [
       `${slow.name}:update`,
       `${other.name}:update`,

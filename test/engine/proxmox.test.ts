@@ -33,8 +33,8 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     });
   }
 
-  it("serializes a small provider closure that holds no credential", () => {
-    const captured = captureResourceInputs(
+  it("serializes a small provider closure that holds no credential", async () => {
+    const captured = await captureResourceInputs(
       fixture.project,
       "ProxmoxProxy",
       "edge-a",
@@ -55,7 +55,7 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     delete env.PROXMOX_VE_API_TOKEN;
     const server = await fixture.startServer({ env });
     await server.configure({});
-    const captured = captureResourceInputs(
+    const captured = await captureResourceInputs(
       fixture.project,
       "ProxmoxProxy",
       "edge-preview",
@@ -79,7 +79,7 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
   it("reports check failures by property with the fix", async () => {
     const server = await fixture.startServer();
     await server.configure({});
-    const captured = captureResourceInputs(
+    const captured = await captureResourceInputs(
       fixture.project,
       "ProxmoxProxy",
       "edge-bad",
@@ -95,7 +95,7 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     const engine = await fixture.startEngine();
     const server = await fixture.startServer({ engine });
     await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
-    const captured = captureResourceInputs(
+    const captured = await captureResourceInputs(
       fixture.project,
       "ProxmoxProxy",
       "edge-b",
@@ -224,13 +224,18 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
   it("adopts this stack's VM with ProxmoxProxy.get (a ReadResource) and refuses another stack's", async () => {
     const server = await fixture.startServer();
     await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
-    const made = captureResourceInputs(fixture.project, "ProxmoxProxy", "edge-made", programArgs());
+    const made = await captureResourceInputs(
+      fixture.project,
+      "ProxmoxProxy",
+      "edge-made",
+      programArgs(),
+    );
     const checked = await server.check(made.urn, {}, made.inputs);
     const created = await server.create(made.urn, checked.inputs);
     try {
       // ProxmoxProxy.get("edge-adopted", id, { apiEndpoint, caCertPem, node }) in the user's program.
       const getArgs = { apiEndpoint: sim.endpoint, caCertPem: sim.caCertPem, node: "pve" };
-      const got = captureResourceInputs(
+      const got = await captureResourceInputs(
         fixture.project,
         "ProxmoxProxy",
         "edge-adopted",
@@ -260,7 +265,7 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
       // The engine reads a .get resource on every up; an unchanged VM reads the same.
       assert.deepEqual(reads[0], reads[1]);
 
-      const foreign = captureResourceInputs(
+      const foreign = await captureResourceInputs(
         fixture.project,
         "ProxmoxProxy",
         "edge-theirs",
@@ -297,14 +302,14 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     const server = await fixture.startServer();
     await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
     const args = programArgs({ bridge: "vmbr0", diskGiB: 3 });
-    const made = captureResourceInputs(fixture.project, "ProxmoxProxy", "edge-own", args);
+    const made = await captureResourceInputs(fixture.project, "ProxmoxProxy", "edge-own", args);
     const checked = await server.check(made.urn, {}, made.inputs);
     const created = await server.create(made.urn, checked.inputs);
     const vmid = Number(created.properties.vmid);
     try {
       // ProxmoxProxy.get("edge-own", id, { apiEndpoint, caCertPem, node }) in the program that made it.
       const getArgs = { apiEndpoint: sim.endpoint, caCertPem: sim.caCertPem, node: "pve" };
-      const got = captureResourceInputs(
+      const got = await captureResourceInputs(
         fixture.project,
         "ProxmoxProxy",
         "edge-own",
@@ -313,7 +318,12 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
         created.id,
       );
       // The same resource declared again with the arguments that made it.
-      const declared = captureResourceInputs(fixture.project, "ProxmoxProxy", "edge-own", args);
+      const declared = await captureResourceInputs(
+        fixture.project,
+        "ProxmoxProxy",
+        "edge-own",
+        args,
+      );
       // Both ways an engine sends a Get: its inputs as the state too, or the inputs alone.
       for (const properties of [got.inputs, {}]) {
         const read = await server.read(got.urn, created.id, properties, got.inputs);
@@ -348,7 +358,7 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
       const clones = () => [...sim.tasks.values()].filter((task) => task.type === "qmclone").length;
       const clonesBefore = clones();
       const configBefore = JSON.stringify(sim.vms.get(vmid)!.config);
-      const named = captureResourceInputs(fixture.project, "ProxmoxProxy", "edge-own", {
+      const named = await captureResourceInputs(fixture.project, "ProxmoxProxy", "edge-own", {
         ...args,
         vmName: checked.inputs.vmName,
       });
@@ -381,7 +391,7 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
     const timeouts = { createSeconds: 60, readySeconds: 1, deleteSeconds: 60 };
     const record = async (name: string) => {
-      const captured = captureResourceInputs(
+      const captured = await captureResourceInputs(
         fixture.project,
         "ProxmoxProxy",
         name,
@@ -438,7 +448,7 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
   it("returns a partially created resource (ErrorResourceInitFailed) when the agent never answers", async () => {
     const server = await fixture.startServer();
     await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
-    const captured = captureResourceInputs(
+    const captured = await captureResourceInputs(
       fixture.project,
       "ProxmoxProxy",
       "edge-c",

@@ -38,8 +38,8 @@ export const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
 
 const PROGRAM = `
 const fs = require("node:fs");
-const [outFile, moduleName, exportName, resourceName, argsJson, project, stack, preview] = process.argv.slice(2);
 const pulumi = require("@pulumi/pulumi");
+let outFile;
 const mocks = require("@pulumi/pulumi/runtime/mocks");
 const register = mocks.MockMonitor.prototype.registerResource;
 mocks.MockMonitor.prototype.registerResource = function (req, callback) {
@@ -64,7 +64,8 @@ function revive(value) {
   if ("$output" in value) return pulumi.output(revive(value.$output));
   return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, revive(item)]));
 }
-async function main() {
+async function main(runOutFile, moduleName, exportName, resourceName, argsJson, project, stack, preview) {
+  outFile = runOutFile;
   await pulumi.runtime.setMocks(
     {
       newResource: (args) => ({
@@ -84,16 +85,16 @@ async function main() {
 `;
 
 /** Runs `new <exportName>(resourceName, args)` from the installed package under mocks, in a child process. */
-export function captureRegistration(
+export async function captureRegistration(
   project: ConsumerProject,
   exportName: string,
   resourceName: string,
   args: Props,
   options: { preview?: boolean } = {},
-): Registration {
+): Promise<Registration> {
   const identity = CONSUMER_IDENTITY;
   const captured = JSON.parse(
-    runResourceProgram(
+    await runResourceProgram(
       project,
       "registration",
       PROGRAM,

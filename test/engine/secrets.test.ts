@@ -74,8 +74,13 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       ...overrides,
     });
 
-    it("registers credentials, cloud-init and URLs with userinfo as secrets, leaf by leaf", () => {
-      const registration = captureRegistration(fixture.project, "KvmProxy", "edge-s", program());
+    it("registers credentials, cloud-init and URLs with userinfo as secrets, leaf by leaf", async () => {
+      const registration = await captureRegistration(
+        fixture.project,
+        "KvmProxy",
+        "edge-s",
+        program(),
+      );
       assert.deepEqual(registration.secretPaths.sort(), [
         "connection.passphrase",
         "connection.privateKey",
@@ -103,9 +108,9 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       assertNoPlaintext(registeredStore(registration), NEEDLES, "the registered inputs");
     });
 
-    it("a jump host's own key and passphrase are secret; the one-line form stays plain", () => {
+    it("a jump host's own key and passphrase are secret; the one-line form stays plain", async () => {
       const hopKey = SECRETS.privateKey.replace(KEY_BODY, `${KEY_BODY}hop`);
-      const registration = captureRegistration(
+      const registration = await captureRegistration(
         fixture.project,
         "KvmProxy",
         "edge-jump",
@@ -131,8 +136,8 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       );
     });
 
-    it("a URL without userinfo stays plain", () => {
-      const registration = captureRegistration(
+    it("a URL without userinfo stays plain", async () => {
+      const registration = await captureRegistration(
         fixture.project,
         "KvmProxy",
         "edge-plain",
@@ -151,7 +156,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
         {},
         { userData: undefined, userDataBase64: SECRETS.userDataBase64 },
       ]) {
-        const registration = captureRegistration(
+        const registration = await captureRegistration(
           fixture.project,
           "KvmProxy",
           "edge-s",
@@ -170,8 +175,8 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       }
     });
 
-    it("a whole connection given as an Output is secret as a whole", () => {
-      const registration = captureRegistration(
+    it("a whole connection given as an Output is secret as a whole", async () => {
+      const registration = await captureRegistration(
         fixture.project,
         "KvmProxy",
         "edge-o",
@@ -181,9 +186,9 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       assertNoPlaintext(registeredStore(registration), [KEY_BODY], "the registered inputs");
     });
 
-    it("an image given as an Output is secret as a whole when its URL carries userinfo", () => {
+    it("an image given as an Output is secret as a whole when its URL carries userinfo", async () => {
       const url = `https://mirror:${SECRETS.urlPassword}@images.example/debian-12.qcow2`;
-      const registration = captureRegistration(
+      const registration = await captureRegistration(
         fixture.project,
         "KvmProxy",
         "edge-i",
@@ -209,8 +214,8 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
         ...overrides,
       });
 
-    it("registers the same set as KvmProxy for the inputs it has", () => {
-      const registration = captureRegistration(
+    it("registers the same set as KvmProxy for the inputs it has", async () => {
+      const registration = await captureRegistration(
         fixture.project,
         "ProxmoxProxy",
         "edge-s",
@@ -234,7 +239,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
 
     it("check, create and read replies through gRPC, as the engine stores them, hold no secret", async () => {
       const server = await fixture.startServer({ config: {} });
-      const registration = captureRegistration(
+      const registration = await captureRegistration(
         fixture.project,
         "ProxmoxProxy",
         "edge-s",

@@ -46,7 +46,7 @@ describe("engine: StaticProxy through the dynamic-provider gRPC server", functio
     `http://${AUTH.user}:${encodeURIComponent(AUTH.password)}@127.0.0.2:${proxy.port}`;
 
   it("keeps the URL secret, probes the proxy at create, updates in place, reads and forgets it", async () => {
-    const captured = captureResourceInputs(project, "StaticProxy", "shop-0", {
+    const captured = await captureResourceInputs(project, "StaticProxy", "shop-0", {
       url: url(),
       readiness: { probeUrl: `http://127.0.0.1:${echo.port}/` },
       egressCheck: { url: `http://127.0.0.1:${echo.port}/json`, field: "ip" },
@@ -114,7 +114,7 @@ describe("engine: StaticProxy through the dynamic-provider gRPC server", functio
   });
 
   it("with the egress re-check: a changed exit address and a silent proxy show on refresh", async () => {
-    const captured = captureResourceInputs(project, "StaticProxy", "shop-1", {
+    const captured = await captureResourceInputs(project, "StaticProxy", "shop-1", {
       url: url(),
       egressCheck: { url: `http://127.0.0.1:${echo.port}/json` },
       egressRecheck: true,
@@ -160,7 +160,7 @@ describe("engine: StaticProxy through the dynamic-provider gRPC server", functio
 
   it("StaticProxy.get takes an existing proxy by id and url", async () => {
     const id = `proxies/127.0.0.2:${proxy.port}`;
-    const captured = captureResourceInputs(
+    const captured = await captureResourceInputs(
       project,
       "StaticProxy",
       "adopted",
