@@ -8,6 +8,7 @@ import * as pulumi from "@pulumi/pulumi";
 import { z } from "zod";
 import type { EgressCheckArgs } from "../provider/common/resource-props";
 import type { PlacedProxy } from "./placement";
+import { addressEntries } from "./rotate-entries";
 
 /** What the pool decides for every proxy, handed to each backend's `declare`. */
 export interface PoolDecisions<PoolSettings = unknown> {
@@ -236,14 +237,23 @@ export function backendSettingsSchema(
 }
 
 /**
- * A VM member's rotation input only when the pool's `rotate` names it, and
+ * A VM member's rotation input only when the pool's `rotate` names it, the
+ * exit-address entries of `rotate` (every VM member gets them all), and
  * rotateAfterDays only when the pool sets it (unset otherwise: no diff).
  */
 export const lifecycleOf = (
   pool: PoolDecisions,
   key: string,
-): { rotation?: string; egressRecheck: boolean; rotateAfterDays?: number } => ({
+): {
+  rotation?: string;
+  rotateEgress?: Record<string, string>;
+  egressRecheck: boolean;
+  rotateAfterDays?: number;
+} => ({
   egressRecheck: pool.egressRecheck,
   ...(pool.rotate?.[key] === undefined ? {} : { rotation: pool.rotate[key] }),
+  ...(addressEntries(pool.rotate) === undefined
+    ? {}
+    : { rotateEgress: addressEntries(pool.rotate)! }),
   ...(pool.rotateAfterDays === undefined ? {} : { rotateAfterDays: pool.rotateAfterDays }),
 });

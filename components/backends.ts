@@ -45,6 +45,7 @@ export const POOL_DECIDED_KVM_INPUTS = [
   "egressCheck",
   "egressRecheck",
   "rotation",
+  "rotateEgress",
   "rotateAfterDays",
 ] as const;
 export const POOL_DECIDED_PROXMOX_INPUTS = [
@@ -54,6 +55,7 @@ export const POOL_DECIDED_PROXMOX_INPUTS = [
   "egressCheck",
   "egressRecheck",
   "rotation",
+  "rotateEgress",
   "rotateAfterDays",
 ] as const;
 

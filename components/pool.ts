@@ -139,6 +139,11 @@ export interface EgressProxyPoolArgs extends BackendPoolSettings {
    * so the pool never publishes fewer endpoints than it has. Keep the entry
    * (the same text rotates nothing more); change the text to rotate again.
    * A date is a good text: `{ "kvm1-0": "2026-12-02" }`.
+   *
+   * A key may be an exit address instead (`{ "203.0.113.9": "burned-2026-12-04" }`):
+   * the VM member that leaves from it, as its last egress check recorded, is
+   * rotated the same way; a new VM that still leaves from it is not rotated
+   * again until the text changes. docs/day2.md.
    */
   rotate?: Record<string, string>;
   /**

@@ -172,7 +172,8 @@ export const poolConfigSchema = z.strictObject({
     .optional(),
   rotate: z
     .record(z.string(), z.string({ error: 'rotate values must be text, e.g. "2026-12-02"' }), {
-      error: 'rotate must map member keys to text, e.g. { kvm1-0: "2026-12-02" }',
+      error:
+        'rotate must map member keys or exit addresses to text, e.g. { kvm1-0: "2026-12-02", "203.0.113.9": "burned-2026-12-04" }',
     })
     .optional(),
   recheckEgress: z.boolean({ error: "recheckEgress must be true or false" }).optional(),

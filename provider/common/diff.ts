@@ -24,10 +24,14 @@ type SplitPaths<T, Split extends keyof T> = Split extends keyof T
  * A change table that must name every input of `T` (a new input that nobody
  * classified does not compile): each top-level key, except the object inputs
  * in `Split`, which are classified field by field as dotted paths.
- * `vmNameChosenBy` follows `vmName` and is never compared on its own.
+ * `vmNameChosenBy` follows `vmName` and is never compared on its own;
+ * `rotateEgress` is never compared whole (its rule: common/egress-rotation.ts).
  */
 export type ChangeTableOf<T, Split extends keyof T = never> = Readonly<
-  Record<Exclude<keyof T, Split | "vmNameChosenBy"> | SplitPaths<T, Split>, ChangeKind>
+  Record<
+    Exclude<keyof T, Split | "vmNameChosenBy" | "rotateEgress"> | SplitPaths<T, Split>,
+    ChangeKind
+  >
 >;
 
 export interface DiffDecision {

@@ -3,6 +3,7 @@
  * `check`: offline, pure, and tolerant of values Pulumi does not know yet.
  */
 import { z } from "zod";
+import { rotateEgressSchema } from "./egress-rotation";
 import { vmNameProblem } from "./names";
 
 /** An http:// URL fetched through a proxy: no credentials (they would reach the target in clear). */
@@ -216,6 +217,8 @@ export const vmLifecycleShape = {
     .string({ error: "rotation must be a string (any text; a new value replaces the VM)" })
     .max(200, { error: "rotation must be at most 200 characters" })
     .optional(),
+  /** Exit address -> text: the member leaving from one is replaced (common/egress-rotation.ts). */
+  rotateEgress: rotateEgressSchema,
   startOnBoot: z.boolean({ error: "startOnBoot must be true or false" }).default(true),
   running: z.boolean({ error: "running must be true or false" }).default(true),
   /** Re-check the egress (port, then egressCheck) on every refresh; absent: off (see common/egress-recheck.ts). */

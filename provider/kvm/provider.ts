@@ -12,6 +12,7 @@ import type * as pulumi from "@pulumi/pulumi";
 import { checkWithAutonaming } from "../common/check";
 import { decideDiff } from "../common/diff";
 import { withEgressHeal } from "../common/egress-recheck";
+import { withEgressRotation } from "../common/egress-rotation";
 import { rememberGoneHosts } from "../common/gone-hosts";
 import type { CheckFailure } from "../common/inputs";
 import { withRepairReplacement } from "../common/replacement";
@@ -51,7 +52,11 @@ export async function diff(
 ): Promise<pulumi.dynamic.DiffResult> {
   // A repair replacement (common/replacement.ts) outranks an in-place egress heal.
   const decision = withRepairReplacement(
-    withEgressHeal(decideDiff(KVM_CHANGE_TABLE, olds, news), olds, news),
+    withEgressRotation(
+      withEgressHeal(decideDiff(KVM_CHANGE_TABLE, olds, news), olds, news),
+      olds,
+      news,
+    ),
     olds,
   );
   return {

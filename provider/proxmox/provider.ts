@@ -1,6 +1,7 @@
 import { checkWithAutonaming } from "../common/check";
 import { containsUnknown } from "../common/inputs";
 import { withEgressHeal } from "../common/egress-recheck";
+import { withEgressRotation } from "../common/egress-rotation";
 import { rememberGoneHosts } from "../common/gone-hosts";
 import { withRepairReplacement } from "../common/replacement";
 import { rememberProviderConfig } from "./connection";
@@ -51,7 +52,10 @@ export async function check(
 
 export async function diff(_id: string, olds: Props, news: Props): Promise<DiffDecision> {
   // A repair replacement (common/replacement.ts) outranks an in-place egress heal.
-  return withRepairReplacement(withEgressHeal(decideProxmoxDiff(olds, news), olds, news), olds);
+  return withRepairReplacement(
+    withEgressRotation(withEgressHeal(decideProxmoxDiff(olds, news), olds, news), olds, news),
+    olds,
+  );
 }
 
 /**

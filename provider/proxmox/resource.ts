@@ -73,6 +73,13 @@ export interface ProxmoxProxyArgs extends IpFamilyArgs {
   /** Any text; a new value replaces the VM, created before the old one goes (EgressProxyPool's `rotate`). */
   rotation?: pulumi.Input<string>;
   /**
+   * Exit address -> any text: the VM whose recorded exit address (`egressIp`
+   * or `egressIpv6`) has an entry it was not created with is replaced, the new
+   * one created before the old one goes; changing the text rotates again.
+   * EgressProxyPool's `rotate` with an address as key. docs/day2.md.
+   */
+  rotateEgress?: pulumi.Input<Record<string, pulumi.Input<string>>>;
+  /**
    * Re-check the proxy on every refresh that finds it running: its port, then
    * `egressCheck` through it (3 tries, each capped as at create). A proxy that
    * does not answer is recorded in `egressProblem` and the next `up` restarts

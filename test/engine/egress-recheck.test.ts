@@ -239,6 +239,69 @@ describe("engine: egress re-checked on refresh, healed by up (ProxmoxProxy, simu
     await server.delete(captured.urn, members[0]!.id, plans[0]!.refreshed.properties);
   });
 
+  it("rotation by exit address (`rotateEgress`): only the member leaving from it is replaced, old VM first, and not again", async () => {
+    // Two members on two exit addresses: the first leaves from .3, the second (made after the proxy moved) from .4.
+    const first = await createProxy();
+    await proxyAgain("127.0.0.4");
+    const second = await createProxy();
+    assert.deepEqual([first.outputs.egressIp, second.outputs.egressIp], ["127.0.0.3", "127.0.0.4"]);
+    // The pool gives every VM member the same address entries. A plain `up` (no refresh): state decides.
+    const program = { ...captured.inputs, rotateEgress: { "127.0.0.4": "burned-2026-12-05" } };
+    const plans = await Promise.all(
+      [first, second].map(async (stored) => ({
+        stored,
+        ...(await planAfter(
+          stored,
+          { properties: stored.outputs, inputs: stored.inputs },
+          program,
+        )),
+      })),
+    );
+    assert.deepEqual(
+      plans.map(({ diff }) => planSummary([{ diff, stored: undefined as never }])[0]),
+      ["none", "some (replaces: rotateEgress)"],
+    );
+    const { stored, checked, diff } = plans[1]!;
+    assert.equal(diff.deleteBeforeReplace, true, "check cannot rename: the old VM goes first");
+    assert.equal(checked.inputs.vmName, stored.inputs.vmName);
+    await server.delete(captured.urn, stored.id, stored.outputs);
+    assert.equal(sim.vms.has(vmidOf(stored)), false);
+    const replacement = await server.create(captured.urn, checked.inputs);
+    // The new VM still leaves from .4 (one proxy here, as one NAT for a whole network): never replaced again.
+    assert.equal(replacement.properties.egressIp, "127.0.0.4");
+    const next = { id: replacement.id, outputs: replacement.properties, inputs: checked.inputs };
+    const rounds = await refreshThenPlan(server, captured.urn, next, program, 2);
+    assert.deepEqual(planSummary(rounds), ["none", "none"]);
+    // A new text rotates again; more entries for other addresses change nothing on either member.
+    const again = await planAfter(
+      next,
+      { properties: next.outputs, inputs: next.inputs },
+      {
+        ...program,
+        rotateEgress: { "127.0.0.4": "burned-again" },
+      },
+    );
+    assert.equal(
+      planSummary([{ diff: again.diff, stored: undefined as never }])[0],
+      "some (replaces: rotateEgress)",
+    );
+    const more = {
+      ...captured.inputs,
+      rotateEgress: { "127.0.0.4": "burned-2026-12-05", "127.0.0.9": "x" },
+    };
+    for (const member of [next, first]) {
+      const plan = await planAfter(
+        member,
+        { properties: member.outputs, inputs: member.inputs },
+        more,
+      );
+      assert.equal(plan.diff.changes, "none");
+    }
+    await proxyAgain("127.0.0.3");
+    await server.delete(captured.urn, replacement.id, next.outputs);
+    await server.delete(captured.urn, first.id, first.outputs);
+  });
+
   it("rotation by age: only the aged members are replaced, each new VM ready before an old one goes", async () => {
     // Three members, two of them with an age limit they pass at once.
     const aged = { ...captured.inputs, rotateAfterDays: 0.000001 };

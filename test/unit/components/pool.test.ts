@@ -1074,6 +1074,53 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     });
   });
 
+  it("rotate by exit address: every VM member gets the address entries (canonical keys), static members none, nothing called unused", async () => {
+    const args = {
+      backends: [KVM("kvm1"), PROXMOX("pve1")],
+      count: 3,
+      rotate: {
+        "kvm1-0": "2026-12-02",
+        "203.0.113.9": "burned-2026-12-04",
+        "2001:DB8:0:0::7": "burned",
+      },
+    };
+    assert.deepEqual(pool.unusedRotateEntries(args), []);
+    const instance = new pool.EgressProxyPool("byaddr", args);
+    await valueOf(instance.endpoints);
+    await settle();
+    const members = registered.filter(
+      (r) => r.name.startsWith("byaddr-") && /(Kvm|Proxmox)Proxy/.test(r.type),
+    );
+    assert.equal(members.length, 3);
+    for (const member of members)
+      assert.deepEqual(
+        (plain(member.inputs) as { rotateEgress?: unknown }).rotateEgress,
+        { "203.0.113.9": "burned-2026-12-04", "2001:db8::7": "burned" },
+        member.name,
+      );
+    // Without address entries the input is absent: members made before it plan no change.
+    const plainPool = new pool.EgressProxyPool("noaddr", {
+      backends: [KVM("kvm1")],
+      count: 1,
+      rotate: { "kvm1-0": "x" },
+    });
+    await valueOf(plainPool.endpoints);
+    await settle();
+    const lone = registered.find((r) => r.name === "noaddr-kvm1-0")!;
+    assert.equal("rotateEgress" in (plain(lone.inputs) as object), false);
+    assert.throws(
+      () =>
+        new pool.EgressProxyPool("badaddr", {
+          backends: [KVM("kvm1")],
+          count: 1,
+          rotate: { "203.0.113.9": "" },
+        }),
+      (error: Error) =>
+        error instanceof pool.PoolArgsError &&
+        /rotate\.203\.0\.113\.9 must be a text of 1 to 200 characters/.test(error.message),
+    );
+  });
+
   it("rotate refuses an empty text; an entry for a member the pool does not have (scaled down) is ignored and named", async () => {
     assert.throws(
       () =>

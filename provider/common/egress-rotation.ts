@@ -1,0 +1,96 @@
+/**
+ * Rotation by exit address: `rotateEgress` maps an address a user sees
+ * burned (`"203.0.113.9"`, `"2001:db8::7"`) to any text. The pool gives the
+ * same map to every VM member, because which member leaves from an address
+ * is known only from its state (the egress check's `egressIp` /
+ * `egressIpv6`), never to the program.
+ *
+ * The rule, decided in `diff`: a member is replaced, its old VM deleted first
+ * (see withEgressRotation), when its recorded exit
+ * address has an entry whose text its own state does not carry for that
+ * address. The replacement is created with the map, so its state carries the
+ * text: a new VM that still leaves from the burned address (one NAT for the
+ * whole network) is not replaced again and again; a new text rotates again,
+ * as a member key's text does. A change of the map alone changes no member:
+ * the map is never compared whole (common/diff.ts ChangeTableOf).
+ *
+ * Pure and offline: `pulumi preview` decides it from state alone.
+ */
+import { isIP } from "node:net";
+import { z } from "zod";
+import type { DiffDecision } from "./diff";
+
+/** The input's name, here and in the change tables' exclusion. */
+export const ROTATE_EGRESS_KEY = "rotateEgress";
+
+/** An exit address as one text per address: IPv6 compressed and lower-case, IPv4 as written; undefined: not an address. */
+export function canonicalAddress(text: string): string | undefined {
+  const family = isIP(text);
+  if (family === 4) return text;
+  // The URL serializer prints an IPv6 literal in its one canonical form (RFC 5952).
+  if (family === 6) return new URL(`http://[${text}]/`).hostname.slice(1, -1);
+  return undefined;
+}
+
+export const rotateEgressSchema = z
+  .record(
+    z.string().refine((key) => canonicalAddress(key) !== undefined, {
+      error: 'rotateEgress keys must be IPv4 or IPv6 exit addresses, e.g. "203.0.113.9"',
+    }),
+    z
+      .string({ error: 'rotateEgress values must be texts, e.g. "burned-2026-12-04"' })
+      .min(1, {
+        error: 'rotateEgress values must be texts of 1 to 200 characters, e.g. "burned-2026-12-04"',
+      })
+      .max(200, { error: "rotateEgress values must be at most 200 characters" }),
+    {
+      error:
+        'rotateEgress must map exit addresses (IPv4 or IPv6) to texts, e.g. { "203.0.113.9": "burned-2026-12-04" }',
+    },
+  )
+  .optional();
+
+/** The entry `map` holds for `address` under any spelling of either, or undefined. */
+function entryFor(map: unknown, address: unknown): string | undefined {
+  if (typeof map !== "object" || map === null || typeof address !== "string") return undefined;
+  const wanted = canonicalAddress(address);
+  if (wanted === undefined) return undefined;
+  for (const [key, text] of Object.entries(map as Record<string, unknown>))
+    if (typeof text === "string" && canonicalAddress(key) === wanted) return text;
+  return undefined;
+}
+
+/**
+ * The exit address that asks for this member's replacement, with its text,
+ * or undefined. `olds` are the member's outputs (its exit addresses and the
+ * map it was created or last updated with), `news` the checked new inputs.
+ */
+export function egressRotationDue(
+  olds: Record<string, unknown>,
+  news: Record<string, unknown>,
+): { address: string; text: string } | undefined {
+  for (const address of [olds.egressIp, olds.egressIpv6]) {
+    const text = entryFor(news[ROTATE_EGRESS_KEY], address);
+    if (text === undefined) continue;
+    if (entryFor(olds[ROTATE_EGRESS_KEY], address) === text) continue;
+    return { address: address as string, text };
+  }
+  return undefined;
+}
+
+/** The table's decision, plus the replacement an exit-address entry asks for. */
+export function withEgressRotation(
+  decision: DiffDecision,
+  olds: Record<string, unknown>,
+  news: Record<string, unknown>,
+): DiffDecision {
+  if (egressRotationDue(olds, news) === undefined) return decision;
+  // check renames a VM it replaces so that old and new can live side by side, but check sees inputs
+  // only, never the exit address: when nothing else renamed it, the name is still the old VM's and the
+  // old VM must go first. A burned address serves crawlers nothing while it waits, either.
+  return {
+    changes: true,
+    replaces: [...new Set([...decision.replaces, ROTATE_EGRESS_KEY])],
+    deleteBeforeReplace: decision.deleteBeforeReplace || news.vmName === olds.vmName,
+  };
+}
