@@ -249,11 +249,12 @@ export const lifecycleOf = (
   rotateEgress?: Record<string, string>;
   egressRecheck: boolean;
   rotateAfterDays?: number;
-} => ({
-  egressRecheck: pool.egressRecheck,
-  ...(pool.rotate?.[key] === undefined ? {} : { rotation: pool.rotate[key] }),
-  ...(addressEntries(pool.rotate) === undefined
-    ? {}
-    : { rotateEgress: addressEntries(pool.rotate)! }),
-  ...(pool.rotateAfterDays === undefined ? {} : { rotateAfterDays: pool.rotateAfterDays }),
-});
+} => {
+  const rotateEgress = addressEntries(pool.rotate);
+  return {
+    egressRecheck: pool.egressRecheck,
+    ...(pool.rotate?.[key] === undefined ? {} : { rotation: pool.rotate[key] }),
+    ...(rotateEgress === undefined ? {} : { rotateEgress }),
+    ...(pool.rotateAfterDays === undefined ? {} : { rotateAfterDays: pool.rotateAfterDays }),
+  };
+};

@@ -142,8 +142,8 @@ export interface EgressProxyPoolArgs extends BackendPoolSettings {
    *
    * A key may be an exit address instead (`{ "203.0.113.9": "burned-2026-12-04" }`):
    * the VM member that leaves from it, as its last egress check recorded, is
-   * rotated the same way; a new VM that still leaves from it is not rotated
-   * again until the text changes. docs/day2.md.
+   * replaced, its old VM deleted first; a new VM that still leaves from it is
+   * not rotated again until the text changes. docs/day2.md.
    */
   rotate?: Record<string, string>;
   /**

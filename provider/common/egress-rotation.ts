@@ -20,7 +20,7 @@ import { isIP } from "node:net";
 import { z } from "zod";
 import type { DiffDecision } from "./diff";
 
-/** The input's name, here and in the change tables' exclusion. */
+/** The input's name (common/diff.ts ChangeTableOf leaves it out of every table). */
 export const ROTATE_EGRESS_KEY = "rotateEgress";
 
 /** An exit address as one text per address: IPv6 compressed and lower-case, IPv4 as written; undefined: not an address. */

@@ -11,11 +11,9 @@
 import type * as pulumi from "@pulumi/pulumi";
 import { checkWithAutonaming } from "../common/check";
 import { decideDiff } from "../common/diff";
-import { withEgressHeal } from "../common/egress-recheck";
-import { withEgressRotation } from "../common/egress-rotation";
 import { rememberGoneHosts } from "../common/gone-hosts";
 import type { CheckFailure } from "../common/inputs";
-import { withRepairReplacement } from "../common/replacement";
+import { withStateRules } from "../common/state-rules";
 import { rememberKvmProviderConfig } from "./connect";
 import { KVM_CHANGE_TABLE } from "./diff";
 import { validateKvmInputs } from "./schema";
@@ -50,15 +48,7 @@ export async function diff(
   olds: Props,
   news: Props,
 ): Promise<pulumi.dynamic.DiffResult> {
-  // A repair replacement (common/replacement.ts) outranks an in-place egress heal.
-  const decision = withRepairReplacement(
-    withEgressRotation(
-      withEgressHeal(decideDiff(KVM_CHANGE_TABLE, olds, news), olds, news),
-      olds,
-      news,
-    ),
-    olds,
-  );
+  const decision = withStateRules(decideDiff(KVM_CHANGE_TABLE, olds, news), olds, news);
   return {
     changes: decision.changes,
     replaces: decision.replaces,

@@ -99,8 +99,8 @@ export interface KvmProxyArgs extends IpFamilyArgs {
   rotation?: pulumi.Input<string>;
   /**
    * Exit address -> any text: the VM whose recorded exit address (`egressIp`
-   * or `egressIpv6`) has an entry it was not created with is replaced, the new
-   * one created before the old one goes; changing the text rotates again.
+   * or `egressIpv6`) has an entry it was not created with is replaced, the old
+   * one deleted first (check cannot rename it); changing the text rotates again.
    * EgressProxyPool's `rotate` with an address as key. docs/day2.md.
    */
   rotateEgress?: pulumi.Input<Record<string, pulumi.Input<string>>>;

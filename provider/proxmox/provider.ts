@@ -1,9 +1,7 @@
 import { checkWithAutonaming } from "../common/check";
 import { containsUnknown } from "../common/inputs";
-import { withEgressHeal } from "../common/egress-recheck";
-import { withEgressRotation } from "../common/egress-rotation";
 import { rememberGoneHosts } from "../common/gone-hosts";
-import { withRepairReplacement } from "../common/replacement";
+import { withStateRules } from "../common/state-rules";
 import { rememberProviderConfig } from "./connection";
 import { decideProxmoxDiff, DiffDecision, PROXMOX_CHANGE_TABLE } from "./diff";
 import { CheckFailure, normalizeTags, validateInputs } from "./schema";
@@ -51,11 +49,7 @@ export async function check(
 }
 
 export async function diff(_id: string, olds: Props, news: Props): Promise<DiffDecision> {
-  // A repair replacement (common/replacement.ts) outranks an in-place egress heal.
-  return withRepairReplacement(
-    withEgressRotation(withEgressHeal(decideProxmoxDiff(olds, news), olds, news), olds, news),
-    olds,
-  );
+  return withStateRules(decideProxmoxDiff(olds, news), olds, news);
 }
 
 /**
