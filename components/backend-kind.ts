@@ -35,6 +35,8 @@ export interface PoolDecisions<PoolSettings = unknown> {
   egressRecheck: boolean;
   /** The members' `rotateAfterDays`, when the pool rotates by age. */
   rotateAfterDays?: number;
+  /** Every VM member's `disruptionBudget`: the pool's name and its `maxUnavailable`, resolved. */
+  disruptionBudget?: { group: string; maxUnavailable: number };
   parent: pulumi.Resource;
 }
 
@@ -239,7 +241,8 @@ export function backendSettingsSchema(
 /**
  * A VM member's rotation input only when the pool's `rotate` names it, the
  * exit-address entries of `rotate` (every VM member gets them all), and
- * rotateAfterDays only when the pool sets it (unset otherwise: no diff).
+ * rotateAfterDays only when the pool sets it (unset otherwise: no diff), and
+ * the pool's disruption budget.
  */
 export const lifecycleOf = (
   pool: PoolDecisions,
@@ -249,6 +252,7 @@ export const lifecycleOf = (
   rotateEgress?: Record<string, string>;
   egressRecheck: boolean;
   rotateAfterDays?: number;
+  disruptionBudget?: { group: string; maxUnavailable: number };
 } => {
   const rotateEgress = addressEntries(pool.rotate);
   return {
@@ -256,5 +260,6 @@ export const lifecycleOf = (
     ...(pool.rotate?.[key] === undefined ? {} : { rotation: pool.rotate[key] }),
     ...(rotateEgress === undefined ? {} : { rotateEgress }),
     ...(pool.rotateAfterDays === undefined ? {} : { rotateAfterDays: pool.rotateAfterDays }),
+    ...(pool.disruptionBudget === undefined ? {} : { disruptionBudget: pool.disruptionBudget }),
   };
 };

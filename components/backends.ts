@@ -46,6 +46,7 @@ export const POOL_DECIDED_KVM_INPUTS = [
   "egressRecheck",
   "rotation",
   "rotateEgress",
+  "disruptionBudget",
   "rotateAfterDays",
 ] as const;
 export const POOL_DECIDED_PROXMOX_INPUTS = [
@@ -56,6 +57,7 @@ export const POOL_DECIDED_PROXMOX_INPUTS = [
   "egressRecheck",
   "rotation",
   "rotateEgress",
+  "disruptionBudget",
   "rotateAfterDays",
 ] as const;
 

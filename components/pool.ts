@@ -29,6 +29,7 @@ import {
   type EgressGroup,
 } from "./egress-diversity";
 import { memberUrls, poolIpFamilyProblems, poolTakesIpv6 } from "./dual-stack";
+import { maxUnavailableProblem, resolveMaxUnavailable } from "./disruption-budget";
 import { rotateEntryProblems, unusedEntries } from "./rotate-entries";
 import { checkExporterArgsProblems } from "./kubernetes-exporter";
 import {
@@ -159,6 +160,15 @@ export interface EgressProxyPoolArgs extends BackendPoolSettings {
    * old one is deleted. `pulumi up --refresh` (a resync) does both. docs/day2.md.
    */
   rotateAfterDays?: number;
+  /**
+   * How many members one `up` may take out of service at the same time:
+   * restarted (a silent proxy), replaced (rotated, repaired, a new image),
+   * or deleted (scale-down). A count (2) or a share of the members ("25%",
+   * rounded down); never below 1. Default "25%". The other members wait: a
+   * replacement or restart for the next `up` (a warning names them), a
+   * delete for a free place. docs/day2.md, "A disruption budget".
+   */
+  maxUnavailable?: number | string;
   /** Publish the endpoints to Kubernetes (Secret + selector-less Service + EndpointSlice). */
   kubernetes?: KubernetesPublishingArgs;
 }
@@ -183,6 +193,8 @@ export function poolArgsProblems(args: EgressProxyPoolArgs): string[] {
   problems.push(...poolIpFamilyProblems(args));
   problems.push(...ipv6PrefixProblems(args));
   problems.push(...lifecycleArgsProblems(args));
+  const budgetProblem = maxUnavailableProblem(args.maxUnavailable);
+  if (budgetProblem !== undefined) problems.push(budgetProblem);
   problems.push(...checkExporterArgsProblems(args.kubernetes?.exporter));
   if (problems.length === 0) problems.push(...rotateProblems(args));
   // The password may be unknown until apply; it is checked again once known.
@@ -291,7 +303,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       args.backends.map((backend) => placementOf(backend, backendKeysOf(backend))),
       args.count,
     );
-    const decisions = this.decisions(args);
+    const decisions = this.decisions(name, args, placed.length);
     const port = decisions.port;
     const backendsByName = new Map(args.backends.map((backend) => [backend.name, backend]));
 
@@ -408,7 +420,11 @@ export class EgressProxyPool extends pulumi.ComponentResource {
   }
 
   /** What the pool decides for every proxy (components/backend-kind.ts, PoolDecisions). */
-  private decisions(args: EgressProxyPoolArgs): PoolDecisions<EgressProxyPoolArgs> {
+  private decisions(
+    name: string,
+    args: EgressProxyPoolArgs,
+    members: number,
+  ): PoolDecisions<EgressProxyPoolArgs> {
     const port = args.squid?.port ?? DEFAULT_SQUID_PORT;
     const basicAuth = args.squid?.basicAuth;
     const password = basicAuth === undefined ? undefined : pulumi.secret(basicAuth.password);
@@ -423,6 +439,10 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       rotate: args.rotate,
       egressRecheck: args.recheckEgress ?? true,
       ...(args.rotateAfterDays === undefined ? {} : { rotateAfterDays: args.rotateAfterDays }),
+      disruptionBudget: {
+        group: name,
+        maxUnavailable: resolveMaxUnavailable(args.maxUnavailable, members),
+      },
       port,
       basicAuth:
         basicAuth === undefined || password === undefined

@@ -180,6 +180,12 @@ export const poolConfigSchema = z.strictObject({
   rotateAfterDays: z
     .number({ error: "rotateAfterDays must be a number of days, e.g. 30" })
     .optional(),
+  // Checked with the pool's own rule (components/disruption-budget.ts), which names the fix.
+  maxUnavailable: z
+    .union([z.number(), z.string()], {
+      error: 'maxUnavailable must be a count of members (e.g. 2) or a share (e.g. "25%")',
+    })
+    .optional(),
   kubernetes: z
     .strictObject({
       namespace: z.string({ error: "kubernetes.namespace must be the namespace name" }),
@@ -423,6 +429,7 @@ function poolArgs(
     rotate: config.rotate,
     recheckEgress: config.recheckEgress,
     rotateAfterDays: config.rotateAfterDays,
+    ...(config.maxUnavailable === undefined ? {} : { maxUnavailable: config.maxUnavailable }),
     kubernetes: config.kubernetes,
   };
 }

@@ -8,6 +8,7 @@ import {
   vmNameAfterReplacement,
   type ChangeTable,
 } from "./diff";
+import { inputsWithinBudget } from "./disruption-rules";
 import type { CheckFailure, ValidationResult } from "./inputs";
 
 type Props = Record<string, unknown>;
@@ -35,7 +36,7 @@ export function checkWithAutonaming<T extends { vmName?: string; vmNameChosenBy?
     vmNameChosenBy: named.vmNameChosenBy,
   };
   inputs.vmName = vmNameAfterReplacement(table, olds, inputs, resourceName);
-  return { inputs: plainJson(inputs), failures: [] };
+  return { inputs: plainJson(inputsWithinBudget(table, olds, inputs)), failures: [] };
 }
 
 /** Plain JSON for the gRPC Struct: no undefined (it is rejected), no class instances. */

@@ -3,6 +3,7 @@
  * `check`: offline, pure, and tolerant of values Pulumi does not know yet.
  */
 import { z } from "zod";
+import { disruptionBudgetSchema } from "./disruption-budget";
 import { rotateEgressSchema } from "./egress-rotation";
 import { vmNameProblem } from "./names";
 
@@ -219,6 +220,8 @@ export const vmLifecycleShape = {
     .optional(),
   /** Exit address -> text: the member leaving from one is replaced (common/egress-rotation.ts). */
   rotateEgress: rotateEgressSchema,
+  /** How many members of the pool one deployment may disrupt at once (common/disruption-budget.ts). */
+  disruptionBudget: disruptionBudgetSchema,
   startOnBoot: z.boolean({ error: "startOnBoot must be true or false" }).default(true),
   running: z.boolean({ error: "running must be true or false" }).default(true),
   /** Re-check the egress (port, then egressCheck) on every refresh; absent: off (see common/egress-recheck.ts). */

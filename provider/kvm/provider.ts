@@ -10,19 +10,28 @@
  */
 import type * as pulumi from "@pulumi/pulumi";
 import { checkWithAutonaming } from "../common/check";
-import { decideDiff } from "../common/diff";
+import {
+  createReleasingBudget,
+  deleteWithinBudget,
+  updateReleasingBudget,
+} from "../common/disruption-rules";
 import { rememberGoneHosts } from "../common/gone-hosts";
 import type { CheckFailure } from "../common/inputs";
-import { withStateRules } from "../common/state-rules";
+import { decideMemberDiff } from "../common/state-rules";
 import { rememberKvmProviderConfig } from "./connect";
 import { KVM_CHANGE_TABLE } from "./diff";
 import { validateKvmInputs } from "./schema";
 import type { Props } from "./steps";
 
-export { create } from "./create";
+import { create as createVm } from "./create";
+import { remove as removeVm } from "./delete";
+import { update as updateVm } from "./update";
+
 export { read } from "./read";
-export { update } from "./update";
-export { remove } from "./delete";
+/** The disruption budget's grants end with these steps (common/disruption-rules.ts). */
+export const create = createReleasingBudget(createVm);
+export const update = updateReleasingBudget(updateVm);
+export const remove = deleteWithinBudget(removeVm);
 export { KVM_OUTPUT_KEYS, setProgressLog, type KvmProxyOutputs, type ProgressLog } from "./steps";
 
 // ---- configure -------------------------------------------------------------------------------------
@@ -48,7 +57,7 @@ export async function diff(
   olds: Props,
   news: Props,
 ): Promise<pulumi.dynamic.DiffResult> {
-  const decision = withStateRules(decideDiff(KVM_CHANGE_TABLE, olds, news), olds, news);
+  const decision = decideMemberDiff(KVM_CHANGE_TABLE, olds, news);
   return {
     changes: decision.changes,
     replaces: decision.replaces,

@@ -5,6 +5,7 @@ import { PermanentError } from "../common/errors";
 import { carriedOutputs, continueCreate, deadlineFor, stepsWithin } from "../common/lifecycle";
 import { isIncompleteCreate } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
+import { restartAdmitted } from "../common/disruption-rules";
 import { EgressHealFailedError, needsEgressRestart } from "../common/egress-recheck";
 import { ReplaceOnNextUpError } from "../common/replacement";
 import { openHost } from "./connect";
@@ -37,7 +38,10 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   if (isIncompleteCreate(olds)) return continueCreate(id, news, create);
   const inputs = checkedInputs(news);
   const outs = carriedOutputs(olds, inputs, CARRIED_KEYS);
-  const changes = { ...inPlaceChanges(olds, inputs), restart: needsEgressRestart(olds, inputs) };
+  const changes = {
+    ...inPlaceChanges(olds, inputs),
+    restart: needsEgressRestart(olds, inputs) && restartAdmitted(news),
+  };
   if (!anyInPlaceChange(changes) && !changes.restart) return { outs };
   const deadline = deadlineFor(inputs.timeouts, "create");
   // Started again but never ready: stored running and marked, so the next up replaces it.

@@ -1,11 +1,18 @@
 import { checkWithAutonaming } from "../common/check";
 import { containsUnknown } from "../common/inputs";
 import { rememberGoneHosts } from "../common/gone-hosts";
-import { withStateRules } from "../common/state-rules";
+import {
+  createReleasingBudget,
+  deleteWithinBudget,
+  updateReleasingBudget,
+} from "../common/disruption-rules";
+import { decideMemberDiff } from "../common/state-rules";
 import { rememberProviderConfig } from "./connection";
-import { decideProxmoxDiff, DiffDecision, PROXMOX_CHANGE_TABLE } from "./diff";
+import { DiffDecision, PROXMOX_CHANGE_TABLE } from "./diff";
 import { CheckFailure, normalizeTags, validateInputs } from "./schema";
-import { remove } from "./delete";
+import { create as createVm } from "./create";
+import { remove as removeVm } from "./delete";
+import { update as updateVm } from "./update";
 import type { Props } from "./steps";
 
 /**
@@ -20,10 +27,11 @@ import type { Props } from "./steps";
  * resource.ts); so is deleteProxy, the name earlier versions' stored code calls.
  */
 
-export { create } from "./create";
 export { read } from "./read";
-export { update } from "./update";
-export { remove } from "./delete";
+/** The disruption budget's grants end with these steps (common/disruption-rules.ts). */
+export const create = createReleasingBudget(createVm);
+export const update = updateReleasingBudget(updateVm);
+export const remove = deleteWithinBudget(removeVm);
 export { parseResourceId, PROXMOX_OUTPUT_KEYS, resourceId } from "./steps";
 
 // ---------------------------------------------------------------- configure
@@ -49,7 +57,7 @@ export async function check(
 }
 
 export async function diff(_id: string, olds: Props, news: Props): Promise<DiffDecision> {
-  return withStateRules(decideProxmoxDiff(olds, news), olds, news);
+  return decideMemberDiff(PROXMOX_CHANGE_TABLE, olds, news);
 }
 
 /**

@@ -80,6 +80,16 @@ export interface ProxmoxProxyArgs extends IpFamilyArgs {
    */
   rotateEgress?: pulumi.Input<Record<string, pulumi.Input<string>>>;
   /**
+   * Resources that share a `group` (EgressProxyPool sets the pool's name)
+   * are restarted, replaced or deleted at most `maxUnavailable` at a time in
+   * one deployment; the others are deferred to the next `up` with a warning
+   * (a delete waits its turn). Never itself a change. docs/day2.md.
+   */
+  disruptionBudget?: pulumi.Input<{
+    group: pulumi.Input<string>;
+    maxUnavailable: pulumi.Input<number>;
+  }>;
+  /**
    * Re-check the proxy on every refresh that finds it running: its port, then
    * `egressCheck` through it (3 tries, each capped as at create). A proxy that
    * does not answer is recorded in `egressProblem` and the next `up` restarts

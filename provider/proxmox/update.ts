@@ -9,6 +9,7 @@ import {
   deadlineFor,
 } from "../common/lifecycle";
 import { isIncompleteCreate, PartialCreateError } from "../common/partial-create";
+import { restartAdmitted } from "../common/disruption-rules";
 import { EgressHealFailedError, needsEgressRestart } from "../common/egress-recheck";
 import { egressAtReadiness } from "../common/egress";
 import { ReplaceOnNextUpError } from "../common/replacement";
@@ -48,7 +49,7 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   // Absent in state written before it existed: PVE's value is unknown, so it is written.
   if (olds.startOnBoot !== spec.startOnBoot) changes.onboot = spec.startOnBoot ? 1 : 0;
   const carried = carriedOutputs(olds, spec, CARRIED_KEYS) as unknown as ProxmoxProxyOutputs;
-  const restart = needsEgressRestart(olds, spec);
+  const restart = needsEgressRestart(olds, spec) && restartAdmitted(news);
   try {
     if (Object.keys(changes).length > 0)
       await step("write config", () => writeConfig(client, ref, changes, deadline));

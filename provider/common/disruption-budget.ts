@@ -1,0 +1,200 @@
+/**
+ * The disruption budget: how many members of one pool one deployment may
+ * take out of service at the same time (restarted, replaced, rotated or
+ * deleted). The pool gives every VM member the same `disruptionBudget`
+ * ({ group, maxUnavailable }); the members decide, each in its own `check`
+ * and `diff`, against one ledger.
+ *
+ * Why a ledger in the provider process: the engine serves every dynamic
+ * resource of a deployment from one Node process (the SDK's
+ * dynamic-provider server, started per deployment and configured once), and
+ * it asks `check` and `diff` one registration at a time, in the order the
+ * program registers, before the steps run. So the first members of a group
+ * that ask for a disruption get a grant, until the group holds
+ * `maxUnavailable`; the others are deferred: their plan leaves the VM as it
+ * is, a warning says so, and the next `up` (a resync minutes later) asks
+ * again. Nothing about a deferral is stored: what asked for it (a new
+ * `rotate` text, a refresh's finding, an exit address entry) is still there
+ * at the next `up`.
+ *
+ * A grant is held until its step ends (the restart's update, the replaced
+ * VM's delete, or the replacement's create when the old VM went first) and
+ * is then free for a later step of the same deployment: a member the pool
+ * no longer has (scale-down) waits for a free place before its delete, at
+ * most as long as a create may take, so the engine is never stalled for
+ * good by a grant whose step never came.
+ *
+ * Pulumi's own `--parallel` is not a budget: it bounds steps of every kind,
+ * not one pool's lost capacity, and it cannot defer a step to the next run.
+ */
+import { z } from "zod";
+import { sleepWithin, type Deadline } from "./deadline";
+
+/** The input's name (common/diff.ts ChangeTableOf leaves it out of every table: it never plans a change). */
+export const DISRUPTION_BUDGET_KEY = "disruptionBudget";
+
+export const disruptionBudgetSchema = z
+  .object(
+    {
+      group: z
+        .string({ error: "disruptionBudget.group must be a text (the pool's name)" })
+        .min(1, { error: "disruptionBudget.group must not be empty" })
+        .max(400, { error: "disruptionBudget.group must be at most 400 characters" }),
+      maxUnavailable: z
+        .number({ error: "disruptionBudget.maxUnavailable must be a whole number, e.g. 1" })
+        .int({ error: "disruptionBudget.maxUnavailable must be a whole number, e.g. 1" })
+        .min(1, { error: "disruptionBudget.maxUnavailable must be at least 1" })
+        .max(100_000, { error: "disruptionBudget.maxUnavailable must be at most 100000" }),
+    },
+    {
+      error:
+        'disruptionBudget must be { group: "<pool name>", maxUnavailable: <count> }, e.g. { group: "crawl", maxUnavailable: 1 }',
+    },
+  )
+  .optional();
+
+/** What a member asks for: each takes it out of service until its step ends. */
+export type Disruption = "restart" | "replace" | "delete";
+/** The step whose end frees a grant. */
+export type Step = "create" | "update" | "delete";
+
+/** A member's budget and its name in the ledger, read from its inputs or state; undefined: not budgeted. */
+export interface BudgetedMember {
+  /** The group's key in the ledger: project, stack and the pool's group. */
+  groupKey: string;
+  group: string;
+  maxUnavailable: number;
+  /** The Pulumi resource name (`owner.resource`): the same for a VM and its replacement. */
+  member: string;
+}
+
+export function budgetedMember(props: Record<string, unknown>): BudgetedMember | undefined {
+  const parsed = disruptionBudgetSchema.safeParse(props[DISRUPTION_BUDGET_KEY]);
+  if (!parsed.success || parsed.data === undefined) return undefined;
+  const owner = props.owner as { project?: unknown; stack?: unknown; resource?: unknown } | undefined;
+  if (typeof owner?.resource !== "string") return undefined;
+  const { group, maxUnavailable } = parsed.data;
+  return {
+    groupKey: JSON.stringify([owner.project ?? "", owner.stack ?? "", group]),
+    group,
+    maxUnavailable,
+    member: owner.resource,
+  };
+}
+
+export interface Admission {
+  granted: boolean;
+  /** The members holding the group's grants now (after this admission). */
+  holders: string[];
+}
+
+interface Grant {
+  disruption: Disruption;
+  /** The step whose end frees it. */
+  releasedBy: Step;
+}
+
+/** One deployment's grants, by group. One per provider process (`disruptionLedger`). */
+export class DisruptionLedger {
+  private readonly groups = new Map<string, Map<string, Grant>>();
+  private readonly waiters = new Set<() => void>();
+
+  private grantsOf(groupKey: string): Map<string, Grant> {
+    let grants = this.groups.get(groupKey);
+    if (grants === undefined) this.groups.set(groupKey, (grants = new Map()));
+    return grants;
+  }
+
+  /**
+   * A grant for `disruption`, freed when `releasedBy` ends: at once when the
+   * member holds one already (asking again is free, and updates which step
+   * frees it) or the group has room; else denied.
+   */
+  admit(budgeted: BudgetedMember, disruption: Disruption, releasedBy: Step): Admission {
+    const grants = this.grantsOf(budgeted.groupKey);
+    const held = grants.has(budgeted.member);
+    if (held || grants.size < budgeted.maxUnavailable)
+      grants.set(budgeted.member, { disruption, releasedBy });
+    return { granted: grants.has(budgeted.member), holders: [...grants.keys()] };
+  }
+
+  holds(budgeted: BudgetedMember): boolean {
+    return this.groups.get(budgeted.groupKey)?.has(budgeted.member) ?? false;
+  }
+
+  /**
+   * `step` ended for the member. Its grant is freed when that step was the
+   * one it waited for, or when the step failed (a failed replacement create
+   * leaves the old VM in place: nothing more of it comes).
+   */
+  release(budgeted: BudgetedMember, step: Step, failed = false): void {
+    const grants = this.groups.get(budgeted.groupKey);
+    const grant = grants?.get(budgeted.member);
+    if (grant === undefined || (grant.releasedBy !== step && !failed)) return;
+    grants!.delete(budgeted.member);
+    for (const wake of [...this.waiters]) wake();
+  }
+
+  /**
+   * A grant for a delete nobody planned through `diff` (a member the pool no
+   * longer has): waits for room until `deadline`, then goes ahead anyway and
+   * says so (`overran`), so that a grant whose step never comes cannot stall
+   * the engine for good.
+   */
+  async admitDelete(
+    budgeted: BudgetedMember,
+    deadline: Deadline,
+    onWait: (holders: string[]) => void,
+  ): Promise<{ overran: boolean }> {
+    let admission = this.admit(budgeted, "delete", "delete");
+    if (admission.granted) return { overran: false };
+    onWait(admission.holders);
+    while (!admission.granted) {
+      if (deadline.expired()) {
+        this.grantsOf(budgeted.groupKey).set(budgeted.member, {
+          disruption: "delete",
+          releasedBy: "delete",
+        });
+        return { overran: true };
+      }
+      await this.freed(deadline);
+      admission = this.admit(budgeted, "delete", "delete");
+    }
+    return { overran: false };
+  }
+
+  /** Resolves when a grant is freed, or after a while (the deadline is checked again). */
+  private async freed(deadline: Deadline): Promise<void> {
+    let wake: () => void = () => undefined;
+    const woken = new Promise<void>((resolve) => (wake = resolve));
+    this.waiters.add(wake);
+    try {
+      await Promise.race([woken, sleepWithin(1_000, deadline)]);
+    } finally {
+      this.waiters.delete(wake);
+    }
+  }
+
+  /** Forgets every grant (tests that model several deployments in one process). */
+  reset(): void {
+    this.groups.clear();
+  }
+}
+
+/** This process's ledger: one deployment's. */
+export const disruptionLedger = new DisruptionLedger();
+
+/** The warning a deferred member gives, once per member and reason in a deployment. */
+export function deferralMessage(
+  budgeted: BudgetedMember,
+  disruption: Disruption,
+  why: string,
+  holders: readonly string[],
+): string {
+  const verb = disruption === "restart" ? "restart" : "replacement";
+  return (
+    `${budgeted.member}: ${verb} (${why}) deferred by the disruption budget of pool "${budgeted.group}" ` +
+    `(maxUnavailable ${budgeted.maxUnavailable}, held by ${holders.join(", ")}): ` +
+    `it stays as it is, and the next \`up\` asks again`
+  );
+}

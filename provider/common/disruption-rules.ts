@@ -1,0 +1,188 @@
+/**
+ * Where the disruption budget (common/disruption-budget.ts) meets the
+ * provider methods, the same for every VM resource:
+ *
+ * - check: a replacement the inputs ask for (a new `rotate` text, a new image)
+ *   that the budget denies keeps the old values of the fields that would
+ *   replace it, so the plan leaves the VM as it is and the state keeps asking
+ *   (the next `up` compares the program with them again);
+ * - diff: a replacement or restart that state asks for (a refresh's finding,
+ *   an exit-address entry, a repair) that the budget denies is left out of
+ *   the plan; the finding stays in state, so the next `up` asks again;
+ * - update: the egress heal's restart asks too (a place may have come free);
+ * - create, update, delete: the end of a step frees its grant, and a delete
+ *   nobody planned (scale-down) waits for a free place first.
+ */
+import { containsUnknown } from "./inputs";
+import { Deadline } from "./deadline";
+import { decideDiff, type ChangeTable, type DiffDecision } from "./diff";
+import {
+  budgetedMember,
+  deferralMessage,
+  disruptionLedger,
+  type BudgetedMember,
+  type Disruption,
+  type Step,
+} from "./disruption-budget";
+import { logToEngine } from "./engine-log";
+
+type Props = Record<string, unknown>;
+
+/** Each deferral is said once per deployment (check and diff may both see it). */
+const said = new Set<string>();
+function warnDeferred(
+  budgeted: BudgetedMember,
+  disruption: Disruption,
+  why: string,
+  holders: readonly string[],
+): void {
+  const key = JSON.stringify([budgeted.groupKey, budgeted.member, disruption, why]);
+  if (said.has(key)) return;
+  said.add(key);
+  logToEngine(deferralMessage(budgeted, disruption, why, holders), "warning");
+}
+
+const pathValue = (props: Props, path: string): unknown =>
+  path
+    .split(".")
+    .reduce<unknown>(
+      (value, key) =>
+        typeof value === "object" && value !== null ? (value as Props)[key] : undefined,
+      props,
+    );
+
+/** A copy of `props` with `path` holding `value` (undefined removes it). */
+function withPathValue(props: Props, path: string, value: unknown): Props {
+  const [head, ...rest] = path.split(".");
+  if (rest.length === 0) {
+    const copy = { ...props };
+    if (value === undefined) delete copy[head!];
+    else copy[head!] = value;
+    return copy;
+  }
+  const inner = props[head!];
+  const nested = typeof inner === "object" && inner !== null ? (inner as Props) : {};
+  return { ...props, [head!]: withPathValue(nested, rest.join("."), value) };
+}
+
+/**
+ * check's part: `checked` as check would return it, or with the old values of
+ * the fields that would replace the VM when the budget denies the
+ * replacement. A create (no olds) and a value unknown at preview ask nothing.
+ */
+export function inputsWithinBudget(table: ChangeTable, olds: Props, checked: Props): Props {
+  const budgeted = budgetedMember(checked);
+  if (budgeted === undefined || Object.keys(olds).length === 0) return checked;
+  const decision = decideDiff(table, olds, checked);
+  const replacing = decision.replaces.filter((path) => !containsUnknown(pathValue(checked, path)));
+  if (replacing.length === 0) return checked;
+  const admission = disruptionLedger.admit(
+    budgeted,
+    "replace",
+    decision.deleteBeforeReplace ? "create" : "delete",
+  );
+  if (admission.granted) return checked;
+  warnDeferred(budgeted, "replace", `${replacing.join(", ")} changed`, admission.holders);
+  return replacing.reduce(
+    (kept, path) => withPathValue(kept, path, pathValue(olds, path)),
+    checked,
+  );
+}
+
+/** The table with its in-place paths only: what a deferred member may still change. */
+const inPlaceOnly = (table: ChangeTable): ChangeTable =>
+  Object.fromEntries(Object.entries(table).filter(([, kind]) => kind === "update"));
+
+/**
+ * diff's part: `decision` (the table's verdict with what state adds), or,
+ * when it replaces or restarts the VM and the budget denies that, only the
+ * in-place changes of the table.
+ */
+export function decisionWithinBudget(
+  table: ChangeTable,
+  decision: DiffDecision,
+  olds: Props,
+  news: Props,
+  restarts: boolean,
+): DiffDecision {
+  const disruption: Disruption | undefined =
+    decision.replaces.length > 0 ? "replace" : decision.changes && restarts ? "restart" : undefined;
+  const budgeted = budgetedMember(news);
+  if (disruption === undefined || budgeted === undefined) return decision;
+  const releasedBy: Step =
+    disruption === "restart" ? "update" : decision.deleteBeforeReplace ? "create" : "delete";
+  const admission = disruptionLedger.admit(budgeted, disruption, releasedBy);
+  if (admission.granted) return decision;
+  const why =
+    disruption === "restart"
+      ? "its proxy did not answer the last re-check"
+      : `${decision.replaces.join(", ")} asked for it`;
+  warnDeferred(budgeted, disruption, why, admission.holders);
+  return decideDiff(inPlaceOnly(table), olds, news);
+}
+
+/** update's part: whether the egress heal's restart may go ahead now. */
+export function restartAdmitted(news: Props): boolean {
+  const budgeted = budgetedMember(news);
+  if (budgeted === undefined) return true;
+  const admission = disruptionLedger.admit(budgeted, "restart", "update");
+  if (!admission.granted)
+    warnDeferred(budgeted, "restart", "its proxy did not answer the last re-check", admission.holders);
+  return admission.granted;
+}
+
+async function releasing<T>(budgeted: BudgetedMember | undefined, step: Step, run: () => Promise<T>): Promise<T> {
+  try {
+    const result = await run();
+    if (budgeted !== undefined) disruptionLedger.release(budgeted, step);
+    return result;
+  } catch (error) {
+    if (budgeted !== undefined) disruptionLedger.release(budgeted, step, true);
+    throw error;
+  }
+}
+
+/** A create that frees the grant of the replacement it ends (the old VM went first), or of one that failed. */
+export function createReleasingBudget<R>(create: (inputs: Props) => Promise<R>) {
+  return (inputs: Props): Promise<R> => releasing(budgetedMember(inputs), "create", () => create(inputs));
+}
+
+/** An update that frees the restart's grant when it ends. */
+export function updateReleasingBudget<R>(update: (id: string, olds: Props, news: Props) => Promise<R>) {
+  return (id: string, olds: Props, news: Props): Promise<R> =>
+    releasing(budgetedMember(news), "update", () => update(id, olds, news));
+}
+
+/** Longest a delete waits for a place: as long as the step that holds one may take. */
+const DEFAULT_WAIT_SECONDS = 900;
+
+/**
+ * A delete within the budget: the replaced VM of a member that holds a grant
+ * goes at once; a member the pool no longer has waits for a free place (and
+ * goes anyway, said, once a create could have ended), then frees it.
+ */
+export function deleteWithinBudget<R>(remove: (id: string, props: Props) => Promise<R>) {
+  return async (id: string, props: Props): Promise<R> => {
+    const budgeted = budgetedMember(props);
+    if (budgeted !== undefined && !disruptionLedger.holds(budgeted)) {
+      const timeouts = props.timeouts as { createSeconds?: unknown } | undefined;
+      const seconds =
+        typeof timeouts?.createSeconds === "number" ? timeouts.createSeconds : DEFAULT_WAIT_SECONDS;
+      const deadline = Deadline.afterSeconds(seconds, "timeouts.createSeconds");
+      const { overran } = await disruptionLedger.admitDelete(budgeted, deadline, (holders) =>
+        logToEngine(
+          `${budgeted.member}: delete waits for the disruption budget of pool "${budgeted.group}" ` +
+            `(maxUnavailable ${budgeted.maxUnavailable}, held by ${holders.join(", ")})`,
+          "info",
+        ),
+      );
+      if (overran)
+        logToEngine(
+          `${budgeted.member}: deleted without a place in the disruption budget of pool "${budgeted.group}": ` +
+            `its holders did not finish within ${seconds} s (timeouts.createSeconds)`,
+          "warning",
+        );
+    }
+    return releasing(budgeted, "delete", () => remove(id, props));
+  };
+}
