@@ -29,7 +29,7 @@ import {
   type EgressGroup,
 } from "./egress-diversity";
 import { memberUrls, poolIpFamilyProblems, poolTakesIpv6 } from "./dual-stack";
-import { maxUnavailableProblem, resolveMaxUnavailable } from "./disruption-budget";
+import { lifecycleArgsProblems, resolveMaxUnavailable } from "./lifecycle-args";
 import { rotateEntryProblems, unusedEntries } from "./rotate-entries";
 import { checkExporterArgsProblems } from "./kubernetes-exporter";
 import {
@@ -193,8 +193,6 @@ export function poolArgsProblems(args: EgressProxyPoolArgs): string[] {
   problems.push(...poolIpFamilyProblems(args));
   problems.push(...ipv6PrefixProblems(args));
   problems.push(...lifecycleArgsProblems(args));
-  const budgetProblem = maxUnavailableProblem(args.maxUnavailable);
-  if (budgetProblem !== undefined) problems.push(budgetProblem);
   problems.push(...checkExporterArgsProblems(args.kubernetes?.exporter));
   if (problems.length === 0) problems.push(...rotateProblems(args));
   // The password may be unknown until apply; it is checked again once known.
@@ -233,18 +231,6 @@ function placementOf(backend: PoolBackend, keys: readonly string[]): PlacementBa
     count: backend.count,
     ...(capacity === undefined ? {} : { capacity }),
   };
-}
-
-function lifecycleArgsProblems(args: EgressProxyPoolArgs): string[] {
-  const problems: string[] = [];
-  if (args.recheckEgress !== undefined && typeof args.recheckEgress !== "boolean")
-    problems.push("recheckEgress must be true or false");
-  const days = args.rotateAfterDays;
-  if (days !== undefined && (typeof days !== "number" || !(days > 0) || days > 3650))
-    problems.push(
-      "rotateAfterDays must be a number of days above 0 and at most 3650, e.g. 30 (0.5 is twelve hours)",
-    );
-  return problems;
 }
 
 function egressArgsProblems(args: EgressProxyPoolArgs): string[] {

@@ -71,7 +71,8 @@ export interface BudgetedMember {
 export function budgetedMember(props: Record<string, unknown>): BudgetedMember | undefined {
   const parsed = disruptionBudgetSchema.safeParse(props[DISRUPTION_BUDGET_KEY]);
   if (!parsed.success || parsed.data === undefined) return undefined;
-  const owner = props.owner as { project?: unknown; stack?: unknown; resource?: unknown } | undefined;
+  const owner = props.owner as
+    { project?: unknown; stack?: unknown; resource?: unknown } | undefined;
   if (typeof owner?.resource !== "string") return undefined;
   const { group, maxUnavailable } = parsed.data;
   return {

@@ -127,11 +127,20 @@ export function restartAdmitted(news: Props): boolean {
   if (budgeted === undefined) return true;
   const admission = disruptionLedger.admit(budgeted, "restart", "update");
   if (!admission.granted)
-    warnDeferred(budgeted, "restart", "its proxy did not answer the last re-check", admission.holders);
+    warnDeferred(
+      budgeted,
+      "restart",
+      "its proxy did not answer the last re-check",
+      admission.holders,
+    );
   return admission.granted;
 }
 
-async function releasing<T>(budgeted: BudgetedMember | undefined, step: Step, run: () => Promise<T>): Promise<T> {
+async function releasing<T>(
+  budgeted: BudgetedMember | undefined,
+  step: Step,
+  run: () => Promise<T>,
+): Promise<T> {
   try {
     const result = await run();
     if (budgeted !== undefined) disruptionLedger.release(budgeted, step);
@@ -144,11 +153,14 @@ async function releasing<T>(budgeted: BudgetedMember | undefined, step: Step, ru
 
 /** A create that frees the grant of the replacement it ends (the old VM went first), or of one that failed. */
 export function createReleasingBudget<R>(create: (inputs: Props) => Promise<R>) {
-  return (inputs: Props): Promise<R> => releasing(budgetedMember(inputs), "create", () => create(inputs));
+  return (inputs: Props): Promise<R> =>
+    releasing(budgetedMember(inputs), "create", () => create(inputs));
 }
 
 /** An update that frees the restart's grant when it ends. */
-export function updateReleasingBudget<R>(update: (id: string, olds: Props, news: Props) => Promise<R>) {
+export function updateReleasingBudget<R>(
+  update: (id: string, olds: Props, news: Props) => Promise<R>,
+) {
   return (id: string, olds: Props, news: Props): Promise<R> =>
     releasing(budgetedMember(news), "update", () => update(id, olds, news));
 }

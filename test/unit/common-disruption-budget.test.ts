@@ -26,7 +26,10 @@ type Props = Record<string, unknown>;
 const budget = { group: "crawl", maxUnavailable: 1 };
 const ownerOf = (resource: string) => ({ project: "p", stack: "s", resource });
 const member = (resource: string, maxUnavailable = 1) =>
-  budgetedMember({ owner: ownerOf(resource), disruptionBudget: { group: "crawl", maxUnavailable } })!;
+  budgetedMember({
+    owner: ownerOf(resource),
+    disruptionBudget: { group: "crawl", maxUnavailable },
+  })!;
 
 describe("disruption budget: the ledger", () => {
   it("grants up to maxUnavailable members of a group, again to a holder, and frees a grant when its step ends", () => {
@@ -182,11 +185,18 @@ for (const backend of backends)
 
     it("silent proxies: the first is restarted, the others are left alone in this deployment", async () => {
       const problem = {
-        [EGRESS_PROBLEM_KEY]: { kind: "unanswered", reason: "timeout", since: "2026-12-05T00:00:00Z" },
+        [EGRESS_PROBLEM_KEY]: {
+          kind: "unanswered",
+          reason: "timeout",
+          since: "2026-12-05T00:00:00Z",
+        },
       };
-      const olds = await Promise.all(["m-0", "m-1", "m-2"].map((name) => created(name, {}, problem)));
+      const olds = await Promise.all(
+        ["m-0", "m-1", "m-2"].map((name) => created(name, {}, problem)),
+      );
       const plans = [];
-      for (const [index, old] of olds.entries()) plans.push(await plan(old, backend.raw(`m-${index}`)));
+      for (const [index, old] of olds.entries())
+        plans.push(await plan(old, backend.raw(`m-${index}`)));
       assert.deepEqual(
         plans.map((planned) => planned.changes),
         [true, false, false],

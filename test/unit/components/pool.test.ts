@@ -1121,6 +1121,78 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     );
   });
 
+  it("maxUnavailable: every VM member gets the pool's disruption budget (default a quarter, at least one), static members none", async () => {
+    const budgetsOf = async (name: string, args: Record<string, unknown>) => {
+      const instance = new pool.EgressProxyPool(name, {
+        backends: [KVM("kvm1"), PROXMOX("pve1"), STATIC("shop", ["http://203.0.113.7:3128"])],
+        ...args,
+      });
+      await valueOf(instance.endpoints);
+      await settle();
+      return registered
+        .filter((r) => r.name.startsWith(`${name}-`) && /Proxy$/.test(r.type))
+        .map((r): [string, unknown] => [
+          r.name,
+          (plain(r.inputs) as { disruptionBudget?: unknown }).disruptionBudget,
+        ]);
+    };
+    const byDefault = await budgetsOf("budget-default", { count: 9 });
+    assert.equal(byDefault.length, 9);
+    for (const [name, budget] of byDefault)
+      assert.deepEqual(
+        budget,
+        String(name).startsWith("budget-default-shop")
+          ? undefined
+          : { group: "budget-default", maxUnavailable: 2 },
+        String(name),
+      );
+    // Few members: never below one, or nothing could ever be rotated or healed.
+    assert.deepEqual(
+      new Map(await budgetsOf("budget-few", { count: 3 })).get("budget-few-kvm1-0"),
+      {
+        group: "budget-few",
+        maxUnavailable: 1,
+      },
+    );
+    assert.deepEqual(
+      new Map(await budgetsOf("budget-count", { count: 3, maxUnavailable: 3 })).get(
+        "budget-count-kvm1-0",
+      ),
+      {
+        group: "budget-count",
+        maxUnavailable: 3,
+      },
+    );
+    assert.deepEqual(
+      new Map(await budgetsOf("budget-share", { count: 6, maxUnavailable: "50%" })).get(
+        "budget-share-kvm1-0",
+      ),
+      {
+        group: "budget-share",
+        maxUnavailable: 3,
+      },
+    );
+    for (const [value, message] of [
+      [
+        0,
+        /maxUnavailable must be a whole number of members of at least 1 \(e\.g\. 2\) or a share of them \(e\.g\. "25%"\), not 0/,
+      ],
+      [1.5, /maxUnavailable must be a whole number .*not 1\.5/],
+      ["0%", /maxUnavailable must be a share from "1%" to "100%", not "0%"/],
+      ["all", /maxUnavailable must be a whole number .*not "all"/],
+    ] as const)
+      assert.throws(
+        () =>
+          new pool.EgressProxyPool(`budget-bad-${String(value)}`, {
+            backends: [KVM("kvm1")],
+            count: 1,
+            maxUnavailable: value,
+          }),
+        (error: Error) => error instanceof pool.PoolArgsError && message.test(error.message),
+        String(value),
+      );
+  });
+
   it("rotate refuses an empty text; an entry for a member the pool does not have (scaled down) is ignored and named", async () => {
     assert.throws(
       () =>
