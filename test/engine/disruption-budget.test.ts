@@ -1,0 +1,275 @@
+/**
+ * The disruption budget through the real dynamic-provider gRPC server:
+ * three ProxmoxProxy members of one pool (disruptionBudget maxUnavailable 1,
+ * as EgressProxyPool sets it) on the simulator, each `pulumi up` a fresh
+ * server process as the engine starts one per deployment, asked in
+ * registration order. A bad hour (every proxy silent) restarts one member per
+ * `up`, and the warnings reach the engine's log naming the others; a new
+ * rotate text on every member rolls one per `up`; a scale-down delete waits
+ * while another member's replacement holds the place.
+ */
+import assert from "node:assert/strict";
+import type { PveSimulator } from "../pve-sim/simulator";
+import {
+  startEchoServer,
+  startForwardProxy,
+  type ForwardProxy,
+  type RunningServer,
+} from "../support/forward-proxy";
+import { simulatorProxyArgs, useEngineFixture } from "./engine-fixture";
+import {
+  captureResourceInputs,
+  type CapturedResource,
+  type DynamicProviderServer,
+  type FakeEngine,
+  type Props,
+} from "./harness";
+import { planSummary, type StoredResource } from "./resync";
+
+const AUTH = { user: "crawler", password: "engine budget secret" };
+const MEMBERS = ["crawl-pve-0", "crawl-pve-1", "crawl-pve-2"];
+const WARNING = 2;
+
+describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one server per deployment)", function () {
+  this.timeout(180_000);
+  const fixture = useEngineFixture();
+  let sim: PveSimulator;
+  let echo: RunningServer;
+  let proxy: ForwardProxy;
+  let captured: CapturedResource[];
+  let config: Record<string, string>;
+
+  before(async () => {
+    sim = await fixture.startSimulator({ guestAddress: () => "127.0.0.2" });
+    echo = await startEchoServer("127.0.0.1");
+    proxy = await startForwardProxy({ host: "127.0.0.2", auth: AUTH, egressAddress: "127.0.0.3" });
+    captured = [];
+    for (const name of MEMBERS)
+      captured.push(
+        await captureResourceInputs(
+          fixture.project,
+          "ProxmoxProxy",
+          name,
+          simulatorProxyArgs(sim, {
+            readiness: { mode: "port", port: proxy.port },
+            egressCheck: { url: `http://127.0.0.1:${echo.port}/`, proxyAuth: AUTH },
+            egressRecheck: true,
+            disruptionBudget: { group: "crawl", maxUnavailable: 1 },
+            timeouts: { createSeconds: 60, readySeconds: 8, deleteSeconds: 60 },
+          }),
+        ),
+      );
+    config = { "egress-proxies:proxmoxApiToken": sim.tokenFor() };
+  });
+
+  after(async () => {
+    await proxy?.close();
+    await echo?.close();
+  });
+
+  /** One deployment: its own server process (and ledger), logging to its own engine. */
+  async function deployment(): Promise<{ server: DynamicProviderServer; engine: FakeEngine }> {
+    const engine = await fixture.startEngine();
+    return { server: await fixture.startServer({ config, engine }), engine };
+  }
+
+  async function createMembers(server: DynamicProviderServer): Promise<StoredResource[]> {
+    const stored: StoredResource[] = [];
+    for (const member of captured) {
+      const checked = await server.check(member.urn, {}, member.inputs);
+      assert.deepEqual(checked.failures, []);
+      const created = await server.create(member.urn, checked.inputs);
+      stored.push({ id: created.id, outputs: created.properties, inputs: checked.inputs });
+    }
+    return stored;
+  }
+
+  /** `up`'s plan for every member in registration order: check, then diff, as the engine asks. */
+  async function planAll(
+    server: DynamicProviderServer,
+    stored: StoredResource[],
+    programs: Props[],
+  ) {
+    const plans = [];
+    for (const [index, member] of captured.entries()) {
+      const checked = await server.check(member.urn, stored[index]!.inputs, programs[index]!);
+      assert.deepEqual(checked.failures, []);
+      const diff = await server.diff(
+        member.urn,
+        stored[index]!.id,
+        stored[index]!.outputs,
+        checked.inputs,
+      );
+      plans.push({ checked, diff });
+    }
+    return plans;
+  }
+
+  const summaries = (plans: Array<{ diff: Parameters<typeof planSummary>[0][0]["diff"] }>) =>
+    planSummary(plans.map(({ diff }) => ({ diff, stored: undefined as never })));
+  const warnings = (engine: FakeEngine) =>
+    engine.logs.filter((line) => line.severity === WARNING).map((line) => line.message);
+  /** The provider sends its log lines without waiting for them: the engine sees them a moment later. */
+  async function logged(engine: FakeEngine, wanted: (lines: string[]) => boolean): Promise<void> {
+    for (
+      let waited = 0;
+      waited < 10_000 && !wanted(engine.logs.map((line) => line.message));
+      waited += 50
+    )
+      await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+
+  async function removeAll(server: DynamicProviderServer, stored: StoredResource[]) {
+    for (const [index, member] of stored.entries())
+      await server.delete(captured[index]!.urn, member.id, member.outputs);
+  }
+
+  it("a bad hour (every proxy silent): each `up` restarts one member, the others are named and left alone", async () => {
+    const first = await deployment();
+    let stored = await createMembers(first.server);
+    // The runner's path is gone: a refresh finds every member silent.
+    await proxy.close();
+    stored = await Promise.all(
+      stored.map(async (member, index) => {
+        const read = await first.server.read(
+          captured[index]!.urn,
+          member.id,
+          member.outputs,
+          member.inputs,
+        );
+        assert.equal((read.properties.egressProblem as { kind?: string }).kind, "unanswered");
+        return { id: member.id, outputs: read.properties, inputs: read.inputs };
+      }),
+    );
+    const programs = captured.map((member) => member.inputs);
+    for (const [round, restarted] of [0, 1, 2].entries()) {
+      const { server, engine } = await deployment();
+      const plans = await planAll(server, stored, programs);
+      // Only members still asking are planned; the first of them gets the one place.
+      assert.deepEqual(
+        summaries(plans),
+        MEMBERS.map((_, index) => (index === restarted ? "some (replaces: )" : "none")),
+        `up ${round + 1}`,
+      );
+      const deferred = MEMBERS.slice(restarted + 1);
+      await logged(engine, () => warnings(engine).length >= deferred.length);
+      assert.deepEqual(
+        warnings(engine).map((line) => line.split(":")[0]),
+        deferred,
+        `up ${round + 1} names the deferred members`,
+      );
+      for (const line of warnings(engine))
+        assert.match(
+          line,
+          new RegExp(
+            `restart \\(its proxy did not answer the last re-check\\) deferred by the disruption budget of pool "crawl" \\(maxUnavailable 1, held by ${MEMBERS[restarted]}\\)`,
+          ),
+        );
+      // The restart: squid answers again once the VM is back (the path is back too).
+      if (round === 0)
+        proxy = await startForwardProxy({
+          host: "127.0.0.2",
+          auth: AUTH,
+          egressAddress: "127.0.0.3",
+          port: proxy.port,
+        });
+      const member = captured[restarted]!;
+      const updated = await server.update(
+        member.urn,
+        stored[restarted]!.id,
+        stored[restarted]!.outputs,
+        plans[restarted]!.checked.inputs,
+      );
+      assert.equal(updated.egressProblem, null);
+      stored[restarted] = {
+        id: stored[restarted]!.id,
+        outputs: updated,
+        inputs: plans[restarted]!.checked.inputs,
+      };
+    }
+    const { server } = await deployment();
+    assert.deepEqual(summaries(await planAll(server, stored, programs)), ["none", "none", "none"]);
+    await removeAll(server, stored);
+  });
+
+  it("a new rotate text on every member rolls one per `up`, each new VM ready before its old one goes", async () => {
+    let stored = await createMembers((await deployment()).server);
+    const programs = captured.map((member) => ({ ...member.inputs, rotation: "2026-12-05" }));
+    const originalVmids = stored.map((member) => member.outputs.vmid);
+    for (const rotated of [0, 1, 2]) {
+      const { server } = await deployment();
+      const plans = await planAll(server, stored, programs);
+      assert.deepEqual(
+        summaries(plans).map((line, index) =>
+          index === rotated
+            ? line.startsWith("some (replaces:") && plans[index]!.diff.replaces.includes("rotation")
+            : line,
+        ),
+        MEMBERS.map((_, index) => (index === rotated ? true : "none")),
+        `up ${rotated + 1}`,
+      );
+      // What state keeps for a deferred member: its old name and no rotation, so the next up asks again.
+      for (const index of [0, 1, 2].filter((other) => other > rotated)) {
+        assert.equal(plans[index]!.checked.inputs.vmName, stored[index]!.inputs.vmName);
+        assert.equal(plans[index]!.checked.inputs.rotation, undefined);
+      }
+      const member = captured[rotated]!;
+      const replacement = await server.create(member.urn, plans[rotated]!.checked.inputs);
+      assert.equal(
+        sim.vms.has(Number(stored[rotated]!.outputs.vmid)),
+        true,
+        "old and new side by side",
+      );
+      await server.delete(member.urn, stored[rotated]!.id, stored[rotated]!.outputs);
+      stored[rotated] = {
+        id: replacement.id,
+        outputs: replacement.properties,
+        inputs: plans[rotated]!.checked.inputs,
+      };
+      // Deferred members are stored as planned (the engine writes the checked inputs of a no-change step).
+      stored = stored.map((old, index) =>
+        index > rotated ? { ...old, inputs: plans[index]!.checked.inputs } : old,
+      );
+    }
+    assert.equal(
+      new Set([...originalVmids, ...stored.map((member) => member.outputs.vmid)]).size,
+      6,
+    );
+    const { server } = await deployment();
+    assert.deepEqual(summaries(await planAll(server, stored, programs)), ["none", "none", "none"]);
+    await removeAll(server, stored);
+  });
+
+  it("a scale-down delete waits while a replacement holds the place, then goes", async () => {
+    const stored = await createMembers((await deployment()).server);
+    const { server, engine } = await deployment();
+    const programs = captured.map((member, index) =>
+      index === 0 ? { ...member.inputs, rotation: "scale" } : member.inputs,
+    );
+    const [plan] = await planAll(server, stored, programs);
+    assert.ok(plan!.diff.replaces.includes("rotation"));
+    const replacement = await server.create(captured[0]!.urn, plan!.checked.inputs);
+    // The pool shrank to one member: the engine deletes crawl-pve-2 while crawl-pve-0's old VM is still to go.
+    let scaledDown = false;
+    const deleting = server
+      .delete(captured[2]!.urn, stored[2]!.id, stored[2]!.outputs)
+      .then(() => (scaledDown = true));
+    await logged(engine, (lines) =>
+      lines.some((line) => line.startsWith("crawl-pve-2: delete waits")),
+    );
+    assert.equal(scaledDown, false, "waits for the place crawl-pve-0's replacement holds");
+    assert.equal(sim.vms.has(Number(stored[2]!.outputs.vmid)), true);
+    assert.ok(
+      engine.logs.some((line) =>
+        /crawl-pve-2: delete waits for the disruption budget of pool "crawl" \(maxUnavailable 1, held by crawl-pve-0\)/.test(
+          line.message,
+        ),
+      ),
+    );
+    await server.delete(captured[0]!.urn, stored[0]!.id, stored[0]!.outputs);
+    await deleting;
+    assert.equal(sim.vms.has(Number(stored[2]!.outputs.vmid)), false);
+    await server.delete(captured[0]!.urn, replacement.id, replacement.properties);
+    await server.delete(captured[1]!.urn, stored[1]!.id, stored[1]!.outputs);
+  });
+});
