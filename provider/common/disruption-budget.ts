@@ -95,9 +95,14 @@ interface Grant {
   releasedBy: Step;
 }
 
+/** Fewest members re-checked in one refresh before "most look silent" means anything. */
+export const SUSPECT_RUNNER_MIN_MEMBERS = 3;
+
 /** One deployment's grants, by group. One per provider process (`disruptionLedger`). */
 export class DisruptionLedger {
   private readonly groups = new Map<string, Map<string, Grant>>();
+  /** What this deployment's refresh found, by group: member -> silent. */
+  private readonly rechecks = new Map<string, Map<string, boolean>>();
   private readonly waiters = new Set<() => void>();
 
   private grantsOf(groupKey: string): Map<string, Grant> {
@@ -176,9 +181,30 @@ export class DisruptionLedger {
     }
   }
 
-  /** Forgets every grant (tests that model several deployments in one process). */
+  /** A refresh in this deployment re-checked the member: did it answer? */
+  noteRecheck(budgeted: BudgetedMember, silent: boolean): void {
+    let seen = this.rechecks.get(budgeted.groupKey);
+    if (seen === undefined) this.rechecks.set(budgeted.groupKey, (seen = new Map()));
+    seen.set(budgeted.member, silent);
+  }
+
+  /**
+   * When more than half of the group's members that this deployment's
+   * refresh re-checked (at least SUSPECT_RUNNER_MIN_MEMBERS) gave no answer,
+   * the runner's own path is the likelier fault: how many, else undefined.
+   */
+  runnerSuspected(budgeted: BudgetedMember): { silent: number; rechecked: number } | undefined {
+    const seen = [...(this.rechecks.get(budgeted.groupKey)?.values() ?? [])];
+    const silent = seen.filter(Boolean).length;
+    return seen.length >= SUSPECT_RUNNER_MIN_MEMBERS && silent * 2 > seen.length
+      ? { silent, rechecked: seen.length }
+      : undefined;
+  }
+
+  /** Forgets every grant and re-check (tests that model several deployments in one process). */
   reset(): void {
     this.groups.clear();
+    this.rechecks.clear();
   }
 }
 

@@ -10,6 +10,9 @@
  *   an exit-address entry, a repair) that the budget denies is left out of
  *   the plan; the finding stays in state, so the next `up` asks again;
  * - update: the egress heal's restart asks too (a place may have come free);
+ * - read: what each re-check found is noted; when most members of a pool
+ *   look silent in one refresh, no restart is done at all (the runner that
+ *   cannot reach them is the likelier fault than most proxies at once);
  * - create, update, delete: the end of a step frees its grant, and a delete
  *   nobody planned (scale-down) waits for a free place first.
  */
@@ -24,6 +27,7 @@ import {
   type Disruption,
   type Step,
 } from "./disruption-budget";
+import { EGRESS_PROBLEM_KEY, isUnanswered } from "./egress-recheck";
 import { logToEngine } from "./engine-log";
 
 type Props = Record<string, unknown>;
@@ -89,6 +93,26 @@ export function inputsWithinBudget(table: ChangeTable, olds: Props, checked: Pro
   );
 }
 
+/** Why no restart may happen in this deployment at all (most of the pool looks silent from here), or undefined. */
+function suspectedRunnerReason(budgeted: BudgetedMember): string | undefined {
+  const suspected = disruptionLedger.runnerSuspected(budgeted);
+  return suspected === undefined
+    ? undefined
+    : `${suspected.silent} of the ${suspected.rechecked} members this refresh re-checked gave no answer: ` +
+        "more likely this runner lost its path to them than that most proxies failed at once";
+}
+
+function warnSuspectedRunner(budgeted: BudgetedMember, reason: string): void {
+  const key = JSON.stringify([budgeted.groupKey, budgeted.member, "suspect"]);
+  if (said.has(key)) return;
+  said.add(key);
+  logToEngine(
+    `${budgeted.member}: not restarted: ${reason} (pool "${budgeted.group}"); ` +
+      "it is published not ready, and the next `up --refresh` looks again",
+    "warning",
+  );
+}
+
 /** The table with its in-place paths only: what a deferred member may still change. */
 const inPlaceOnly = (table: ChangeTable): ChangeTable =>
   Object.fromEntries(Object.entries(table).filter(([, kind]) => kind === "update"));
@@ -109,6 +133,11 @@ export function decisionWithinBudget(
     decision.replaces.length > 0 ? "replace" : decision.changes && restarts ? "restart" : undefined;
   const budgeted = budgetedMember(news);
   if (disruption === undefined || budgeted === undefined) return decision;
+  const suspected = disruption === "restart" ? suspectedRunnerReason(budgeted) : undefined;
+  if (suspected !== undefined) {
+    warnSuspectedRunner(budgeted, suspected);
+    return decideDiff(inPlaceOnly(table), olds, news);
+  }
   const releasedBy: Step =
     disruption === "restart" ? "update" : decision.deleteBeforeReplace ? "create" : "delete";
   const admission = disruptionLedger.admit(budgeted, disruption, releasedBy);
@@ -125,6 +154,11 @@ export function decisionWithinBudget(
 export function restartAdmitted(news: Props): boolean {
   const budgeted = budgetedMember(news);
   if (budgeted === undefined) return true;
+  const suspected = suspectedRunnerReason(budgeted);
+  if (suspected !== undefined) {
+    warnSuspectedRunner(budgeted, suspected);
+    return false;
+  }
   const admission = disruptionLedger.admit(budgeted, "restart", "update");
   if (!admission.granted)
     warnDeferred(
@@ -196,5 +230,19 @@ export function deleteWithinBudget<R>(remove: (id: string, props: Props) => Prom
         );
     }
     return releasing(budgeted, "delete", () => remove(id, props));
+  };
+}
+
+/** A read that notes what its re-check found, for the "most look silent" rule. */
+export function readNotingRechecks<R extends { props?: Props }>(
+  read: (id: string, props: Props) => Promise<R>,
+) {
+  return async (id: string, props: Props): Promise<R> => {
+    const result = await read(id, props);
+    const found = result.props ?? {};
+    const budgeted = budgetedMember(found);
+    if (budgeted !== undefined && found.egressRecheck === true && found.state === "running")
+      disruptionLedger.noteRecheck(budgeted, isUnanswered(found[EGRESS_PROBLEM_KEY]));
+    return result;
   };
 }

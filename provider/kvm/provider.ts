@@ -13,6 +13,7 @@ import { checkWithAutonaming } from "../common/check";
 import {
   createReleasingBudget,
   deleteWithinBudget,
+  readNotingRechecks,
   updateReleasingBudget,
 } from "../common/disruption-rules";
 import { rememberGoneHosts } from "../common/gone-hosts";
@@ -25,11 +26,12 @@ import type { Props } from "./steps";
 
 import { create as createVm } from "./create";
 import { remove as removeVm } from "./delete";
+import { read as readVm } from "./read";
 import { update as updateVm } from "./update";
 
-export { read } from "./read";
 /** The disruption budget's grants end with these steps (common/disruption-rules.ts). */
 export const create = createReleasingBudget(createVm);
+export const read = readNotingRechecks(readVm);
 export const update = updateReleasingBudget(updateVm);
 export const remove = deleteWithinBudget(removeVm);
 export { KVM_OUTPUT_KEYS, setProgressLog, type KvmProxyOutputs, type ProgressLog } from "./steps";

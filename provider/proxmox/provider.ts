@@ -4,6 +4,7 @@ import { rememberGoneHosts } from "../common/gone-hosts";
 import {
   createReleasingBudget,
   deleteWithinBudget,
+  readNotingRechecks,
   updateReleasingBudget,
 } from "../common/disruption-rules";
 import { decideMemberDiff } from "../common/state-rules";
@@ -12,6 +13,7 @@ import { DiffDecision, PROXMOX_CHANGE_TABLE } from "./diff";
 import { CheckFailure, normalizeTags, validateInputs } from "./schema";
 import { create as createVm } from "./create";
 import { remove as removeVm } from "./delete";
+import { read as readVm } from "./read";
 import { update as updateVm } from "./update";
 import type { Props } from "./steps";
 
@@ -27,9 +29,9 @@ import type { Props } from "./steps";
  * resource.ts); so is deleteProxy, the name earlier versions' stored code calls.
  */
 
-export { read } from "./read";
 /** The disruption budget's grants end with these steps (common/disruption-rules.ts). */
 export const create = createReleasingBudget(createVm);
+export const read = readNotingRechecks(readVm);
 export const update = updateReleasingBudget(updateVm);
 export const remove = deleteWithinBudget(removeVm);
 export { parseResourceId, PROXMOX_OUTPUT_KEYS, resourceId } from "./steps";

@@ -3,8 +3,10 @@
  * three ProxmoxProxy members of one pool (disruptionBudget maxUnavailable 1,
  * as EgressProxyPool sets it) on the simulator, each `pulumi up` a fresh
  * server process as the engine starts one per deployment, asked in
- * registration order. A bad hour (every proxy silent) restarts one member per
- * `up`, and the warnings reach the engine's log naming the others; a new
+ * registration order. Silent members that an earlier refresh found are
+ * restarted one per `up`, and the warnings reach the engine's log naming the
+ * others; an `up --refresh` that finds most members silent restarts none (the
+ * runner is the likelier fault); a new
  * rotate text on every member rolls one per `up`; a scale-down delete waits
  * while another member's replacement holds the place.
  */
@@ -124,7 +126,7 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
       await server.delete(captured[index]!.urn, member.id, member.outputs);
   }
 
-  it("a bad hour (every proxy silent): each `up` restarts one member, the others are named and left alone", async () => {
+  it("silent members a refresh found: each `up` restarts one member, the others are named and left alone", async () => {
     const first = await deployment();
     let stored = await createMembers(first.server);
     // The runner's path is gone: a refresh finds every member silent.
@@ -190,6 +192,51 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
     const { server } = await deployment();
     assert.deepEqual(summaries(await planAll(server, stored, programs)), ["none", "none", "none"]);
     await removeAll(server, stored);
+  });
+
+  it("`up --refresh` in a bad hour: the refresh finds most members silent, so no member is restarted at all", async () => {
+    let stored = await createMembers((await deployment()).server);
+    const programs = captured.map((member) => member.inputs);
+    /** One `up --refresh`: every member read, then planned, in one server process. */
+    async function upWithRefresh() {
+      const { server, engine } = await deployment();
+      stored = await Promise.all(
+        stored.map(async (member, index) => {
+          const read = await server.read(
+            captured[index]!.urn,
+            member.id,
+            member.outputs,
+            member.inputs,
+          );
+          return { id: member.id, outputs: read.properties, inputs: read.inputs };
+        }),
+      );
+      return { server, engine, plans: await planAll(server, stored, programs) };
+    }
+    await proxy.close();
+    const dark = await upWithRefresh();
+    assert.deepEqual(summaries(dark.plans), ["none", "none", "none"]);
+    await logged(dark.engine, () => warnings(dark.engine).length >= 3);
+    assert.deepEqual(
+      warnings(dark.engine).map((line) => line.split(":")[0]),
+      MEMBERS,
+    );
+    for (const line of warnings(dark.engine))
+      assert.match(
+        line,
+        /not restarted: 3 of the 3 members this refresh re-checked gave no answer: more likely this runner lost its path/,
+      );
+    // The path is back: the next resync finds every member answering and has nothing to do.
+    proxy = await startForwardProxy({
+      host: "127.0.0.2",
+      auth: AUTH,
+      egressAddress: "127.0.0.3",
+      port: proxy.port,
+    });
+    const back = await upWithRefresh();
+    assert.deepEqual(summaries(back.plans), ["none", "none", "none"]);
+    for (const member of stored) assert.equal(member.outputs.egressProblem, null);
+    await removeAll(back.server, stored);
   });
 
   it("a new rotate text on every member rolls one per `up`, each new VM ready before its old one goes", async () => {

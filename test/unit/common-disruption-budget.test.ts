@@ -75,6 +75,22 @@ describe("disruption budget: the ledger", () => {
     );
   });
 
+  it("suspects the runner when more than half of at least three re-checked members gave no answer", () => {
+    const ledger = new DisruptionLedger();
+    const note = (name: string, silent: boolean) => ledger.noteRecheck(member(name), silent);
+    note("a", true);
+    note("b", true);
+    assert.equal(ledger.runnerSuspected(member("a")), undefined, "two members say nothing yet");
+    note("c", false);
+    assert.deepEqual(ledger.runnerSuspected(member("a")), { silent: 2, rechecked: 3 });
+    note("d", false);
+    assert.equal(ledger.runnerSuspected(member("a")), undefined, "half is not most");
+    // A member re-checked again counts once, as its last answer.
+    note("a", false);
+    note("d", true);
+    assert.equal(ledger.runnerSuspected(member("a")), undefined);
+  });
+
   it("a delete nobody planned waits for a free place, and goes anyway (said) once its wait is over", async () => {
     const ledger = new DisruptionLedger();
     const [a, b, c] = [member("a"), member("b"), member("c")];
