@@ -180,7 +180,7 @@ export const poolConfigSchema = z.strictObject({
   rotateAfterDays: z
     .number({ error: "rotateAfterDays must be a number of days, e.g. 30" })
     .optional(),
-  // Checked with the pool's own rule (components/disruption-budget.ts), which names the fix.
+  // Checked with the pool's own rule (components/lifecycle-args.ts), which names the fix.
   maxUnavailable: z
     .union([z.number(), z.string()], {
       error: 'maxUnavailable must be a count of members (e.g. 2) or a share (e.g. "25%")',

@@ -172,12 +172,16 @@ describe("root program: stack config", () => {
         readiness: "address",
         recheckEgress: false,
         rotateAfterDays: 30,
+        maxUnavailable: "10%",
       },
       basicAuthPassword: "<secret password>",
       kvmPrivateKey: PRIVATE_KEY,
     });
     assert.ok(result.ok, JSON.stringify(result));
-    assert.deepEqual([result.args.recheckEgress, result.args.rotateAfterDays], [false, 30]);
+    assert.deepEqual(
+      [result.args.recheckEgress, result.args.rotateAfterDays, result.args.maxUnavailable],
+      [false, 30, "10%"],
+    );
     const kvm = result.args.backends[0] as unknown as {
       kvm: { connection: Record<string, unknown>; network: unknown };
     };
