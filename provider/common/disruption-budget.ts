@@ -101,6 +101,8 @@ export const SUSPECT_RUNNER_MIN_MEMBERS = 3;
 /** One deployment's grants, by group. One per provider process (`disruptionLedger`). */
 export class DisruptionLedger {
   private readonly groups = new Map<string, Map<string, Grant>>();
+  /** Groups whose members this deployment's program registered (check or diff asked). */
+  private readonly registered = new Set<string>();
   /** What this deployment's refresh found, by group: member -> silent. */
   private readonly rechecks = new Map<string, Map<string, boolean>>();
   private readonly waiters = new Set<() => void>();
@@ -122,6 +124,20 @@ export class DisruptionLedger {
     if (held || grants.size < budgeted.maxUnavailable)
       grants.set(budgeted.member, { disruption, releasedBy });
     return { granted: grants.has(budgeted.member), holders: [...grants.keys()] };
+  }
+
+  /** The member's program registered it in this deployment: its pool is still there. */
+  noteRegistered(budgeted: BudgetedMember): void {
+    this.registered.add(budgeted.groupKey);
+  }
+
+  /**
+   * Whether the member's pool is in this deployment's program. When it is
+   * not (`pulumi destroy`, or the pool removed from the program) there is
+   * no capacity left to protect, and its deletes need no place.
+   */
+  inProgram(budgeted: BudgetedMember): boolean {
+    return this.registered.has(budgeted.groupKey);
   }
 
   holds(budgeted: BudgetedMember): boolean {
@@ -204,6 +220,7 @@ export class DisruptionLedger {
   /** Forgets every grant and re-check (tests that model several deployments in one process). */
   reset(): void {
     this.groups.clear();
+    this.registered.clear();
     this.rechecks.clear();
   }
 }

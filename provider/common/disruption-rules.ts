@@ -76,6 +76,7 @@ function withPathValue(props: Props, path: string, value: unknown): Props {
  */
 export function inputsWithinBudget(table: ChangeTable, olds: Props, checked: Props): Props {
   const budgeted = budgetedMember(checked);
+  if (budgeted !== undefined) disruptionLedger.noteRegistered(budgeted);
   if (budgeted === undefined || Object.keys(olds).length === 0) return checked;
   const decision = decideDiff(table, olds, checked);
   const replacing = decision.replaces.filter((path) => !containsUnknown(pathValue(checked, path)));
@@ -205,12 +206,18 @@ const DEFAULT_WAIT_SECONDS = 900;
 /**
  * A delete within the budget: the replaced VM of a member that holds a grant
  * goes at once; a member the pool no longer has waits for a free place (and
- * goes anyway, said, once a create could have ended), then frees it.
+ * goes anyway, said, once a create could have ended), then frees it; a
+ * member whose pool this deployment's program does not register goes at once.
  */
 export function deleteWithinBudget<R>(remove: (id: string, props: Props) => Promise<R>) {
   return async (id: string, props: Props): Promise<R> => {
     const budgeted = budgetedMember(props);
-    if (budgeted !== undefined && !disruptionLedger.holds(budgeted)) {
+    // `pulumi destroy`, or the pool gone from the program: no capacity left to protect.
+    if (
+      budgeted !== undefined &&
+      disruptionLedger.inProgram(budgeted) &&
+      !disruptionLedger.holds(budgeted)
+    ) {
       const timeouts = props.timeouts as { createSeconds?: unknown } | undefined;
       const seconds =
         typeof timeouts?.createSeconds === "number" ? timeouts.createSeconds : DEFAULT_WAIT_SECONDS;

@@ -256,4 +256,13 @@ for (const backend of backends)
       assert.deepEqual(removed, ["vm-3"]);
       assert.equal(disruptionLedger.holds(member("m-3")), false);
     });
+
+    it("`pulumi destroy` (no member of the pool registered in this deployment): deletes do not wait", async () => {
+      const props = await created("m-3");
+      disruptionLedger.reset();
+      disruptionLedger.admit(member("m-0"), "replace", "delete");
+      const removed: string[] = [];
+      await deleteWithinBudget(async (id: string) => void removed.push(id))("vm-3", props);
+      assert.deepEqual(removed, ["vm-3"]);
+    });
   });
