@@ -4,7 +4,7 @@
  * so those entries go to every VM member (`rotateEgress`, provider/common/egress-rotation.ts). Pure: the
  * pool places its members and logs what this returns.
  */
-import { canonicalAddress } from "../provider/common/egress-rotation";
+import { canonicalAddress } from "../provider/common/exit-address";
 
 /** The entries keyed by an exit address, keys in canonical form; undefined when there are none. */
 export function addressEntries(rotate: unknown): Record<string, string> | undefined {

@@ -4,7 +4,7 @@
  */
 import { z } from "zod";
 import { disruptionBudgetSchema } from "./disruption-budget";
-import { rotateEgressSchema } from "./egress-rotation";
+import { rotateEgressSchema } from "./exit-address";
 import { vmNameProblem } from "./names";
 
 /** An http:// URL fetched through a proxy: no credentials (they would reach the target in clear). */

@@ -5,7 +5,8 @@
  * replacement that still leaves from the burned address are not.
  */
 import { strict as assert } from "node:assert";
-import { canonicalAddress, egressRotationDue } from "../../provider/common/egress-rotation";
+import { egressRotationDue } from "../../provider/common/egress-rotation";
+import { canonicalAddress } from "../../provider/common/exit-address";
 import * as kvm from "../../provider/kvm/provider";
 import * as proxmox from "../../provider/proxmox/provider";
 
