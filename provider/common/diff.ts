@@ -43,7 +43,7 @@ export interface DiffDecision {
 }
 
 /** The value at a dotted path; under an unknown object, the path is unknown too. */
-const valueAt = (inputs: Record<string, unknown>, path: string): unknown =>
+export const valueAt = (inputs: Record<string, unknown>, path: string): unknown =>
   path
     .split(".")
     .reduce<unknown>(

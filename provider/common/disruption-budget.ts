@@ -53,8 +53,6 @@ export const disruptionBudgetSchema = z
   )
   .optional();
 
-/** What a member asks for: each takes it out of service until its step ends. */
-export type Disruption = "restart" | "replace" | "delete";
 /** The step whose end frees a grant. */
 export type Step = "create" | "update" | "delete";
 
@@ -89,11 +87,8 @@ export interface Admission {
   holders: string[];
 }
 
-interface Grant {
-  disruption: Disruption;
-  /** The step whose end frees it. */
-  releasedBy: Step;
-}
+/** A grant, by the step whose end frees it. */
+type Grant = Step;
 
 /** Fewest members re-checked in one refresh before "most look silent" means anything. */
 export const SUSPECT_RUNNER_MIN_MEMBERS = 3;
@@ -114,15 +109,14 @@ export class DisruptionLedger {
   }
 
   /**
-   * A grant for `disruption`, freed when `releasedBy` ends: at once when the
-   * member holds one already (asking again is free, and updates which step
-   * frees it) or the group has room; else denied.
+   * A grant freed when `releasedBy` ends: at once when the member holds one
+   * already (asking again is free, and updates which step frees it) or the
+   * group has room; else denied.
    */
-  admit(budgeted: BudgetedMember, disruption: Disruption, releasedBy: Step): Admission {
+  admit(budgeted: BudgetedMember, releasedBy: Step): Admission {
     const grants = this.grantsOf(budgeted.groupKey);
     const held = grants.has(budgeted.member);
-    if (held || grants.size < budgeted.maxUnavailable)
-      grants.set(budgeted.member, { disruption, releasedBy });
+    if (held || grants.size < budgeted.maxUnavailable) grants.set(budgeted.member, releasedBy);
     return { granted: grants.has(budgeted.member), holders: [...grants.keys()] };
   }
 
@@ -152,7 +146,7 @@ export class DisruptionLedger {
   release(budgeted: BudgetedMember, step: Step, failed = false): void {
     const grants = this.groups.get(budgeted.groupKey);
     const grant = grants?.get(budgeted.member);
-    if (grant === undefined || (grant.releasedBy !== step && !failed)) return;
+    if (grant === undefined || (grant !== step && !failed)) return;
     grants!.delete(budgeted.member);
     for (const wake of [...this.waiters]) wake();
   }
@@ -168,19 +162,16 @@ export class DisruptionLedger {
     deadline: Deadline,
     onWait: (holders: string[]) => void,
   ): Promise<{ overran: boolean }> {
-    let admission = this.admit(budgeted, "delete", "delete");
+    let admission = this.admit(budgeted, "delete");
     if (admission.granted) return { overran: false };
     onWait(admission.holders);
     while (!admission.granted) {
       if (deadline.expired()) {
-        this.grantsOf(budgeted.groupKey).set(budgeted.member, {
-          disruption: "delete",
-          releasedBy: "delete",
-        });
+        this.grantsOf(budgeted.groupKey).set(budgeted.member, "delete");
         return { overran: true };
       }
       await this.freed(deadline);
-      admission = this.admit(budgeted, "delete", "delete");
+      admission = this.admit(budgeted, "delete");
     }
     return { overran: false };
   }
@@ -227,18 +218,3 @@ export class DisruptionLedger {
 
 /** This process's ledger: one deployment's. */
 export const disruptionLedger = new DisruptionLedger();
-
-/** The warning a deferred member gives, once per member and reason in a deployment. */
-export function deferralMessage(
-  budgeted: BudgetedMember,
-  disruption: Disruption,
-  why: string,
-  holders: readonly string[],
-): string {
-  const verb = disruption === "restart" ? "restart" : "replacement";
-  return (
-    `${budgeted.member}: ${verb} (${why}) deferred by the disruption budget of pool "${budgeted.group}" ` +
-    `(maxUnavailable ${budgeted.maxUnavailable}, held by ${holders.join(", ")}): ` +
-    `it stays as it is, and the next \`up\` asks again`
-  );
-}

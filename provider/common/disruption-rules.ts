@@ -18,13 +18,11 @@
  */
 import { containsUnknown } from "./inputs";
 import { Deadline } from "./deadline";
-import { decideDiff, type ChangeTable, type DiffDecision } from "./diff";
+import { decideDiff, valueAt, type ChangeTable, type DiffDecision } from "./diff";
 import {
   budgetedMember,
-  deferralMessage,
   disruptionLedger,
   type BudgetedMember,
-  type Disruption,
   type Step,
 } from "./disruption-budget";
 import { EGRESS_PROBLEM_KEY, isUnanswered } from "./egress-recheck";
@@ -32,28 +30,53 @@ import { logToEngine } from "./engine-log";
 
 type Props = Record<string, unknown>;
 
-/** Each deferral is said once per deployment (check and diff may both see it). */
+/** What a member asks for: each takes it out of service until its step ends. */
+type Disruption = "restart" | "replace";
+
+const SILENT = "its proxy did not answer the last re-check";
+
+/** Each warning is said once per deployment (check, diff and update may each come to it). */
 const said = new Set<string>();
-function warnDeferred(
-  budgeted: BudgetedMember,
-  disruption: Disruption,
-  why: string,
-  holders: readonly string[],
-): void {
-  const key = JSON.stringify([budgeted.groupKey, budgeted.member, disruption, why]);
-  if (said.has(key)) return;
-  said.add(key);
-  logToEngine(deferralMessage(budgeted, disruption, why, holders), "warning");
+function warnOnce(key: unknown[], message: string): void {
+  const text = JSON.stringify(key);
+  if (said.has(text)) return;
+  said.add(text);
+  logToEngine(message, "warning");
 }
 
-const pathValue = (props: Props, path: string): unknown =>
-  path
-    .split(".")
-    .reduce<unknown>(
-      (value, key) =>
-        typeof value === "object" && value !== null ? (value as Props)[key] : undefined,
-      props,
+/**
+ * Whether the member may take `disruption` now, its place freed when
+ * `releasedBy` ends; when not, says why (once). A restart is never granted
+ * while most of the pool looks silent from here (ledger.runnerSuspected).
+ */
+function admitted(
+  budgeted: BudgetedMember,
+  disruption: Disruption,
+  releasedBy: Step,
+  why: string,
+): boolean {
+  const suspected =
+    disruption === "restart" ? disruptionLedger.runnerSuspected(budgeted) : undefined;
+  if (suspected !== undefined) {
+    warnOnce(
+      [budgeted.groupKey, budgeted.member, "suspect"],
+      `${budgeted.member}: not restarted: ${suspected.silent} of the ${suspected.rechecked} members this ` +
+        "refresh re-checked gave no answer: more likely this runner lost its path to them than that most " +
+        `proxies failed at once (pool "${budgeted.group}"); it is published not ready, and the next ` +
+        "`up --refresh` looks again",
     );
+    return false;
+  }
+  const admission = disruptionLedger.admit(budgeted, releasedBy);
+  if (!admission.granted)
+    warnOnce(
+      [budgeted.groupKey, budgeted.member, disruption, why],
+      `${budgeted.member}: ${disruption === "restart" ? "restart" : "replacement"} (${why}) deferred by ` +
+        `the disruption budget of pool "${budgeted.group}" (maxUnavailable ${budgeted.maxUnavailable}, ` +
+        `held by ${admission.holders.join(", ")}): it stays as it is, and the next \`up\` asks again`,
+    );
+  return admission.granted;
+}
 
 /** A copy of `props` with `path` holding `value` (undefined removes it). */
 function withPathValue(props: Props, path: string, value: unknown): Props {
@@ -79,39 +102,11 @@ export function inputsWithinBudget(table: ChangeTable, olds: Props, checked: Pro
   if (budgeted !== undefined) disruptionLedger.noteRegistered(budgeted);
   if (budgeted === undefined || Object.keys(olds).length === 0) return checked;
   const decision = decideDiff(table, olds, checked);
-  const replacing = decision.replaces.filter((path) => !containsUnknown(pathValue(checked, path)));
+  const replacing = decision.replaces.filter((path) => !containsUnknown(valueAt(checked, path)));
   if (replacing.length === 0) return checked;
-  const admission = disruptionLedger.admit(
-    budgeted,
-    "replace",
-    decision.deleteBeforeReplace ? "create" : "delete",
-  );
-  if (admission.granted) return checked;
-  warnDeferred(budgeted, "replace", `${replacing.join(", ")} changed`, admission.holders);
-  return replacing.reduce(
-    (kept, path) => withPathValue(kept, path, pathValue(olds, path)),
-    checked,
-  );
-}
-
-/** Why no restart may happen in this deployment at all (most of the pool looks silent from here), or undefined. */
-function suspectedRunnerReason(budgeted: BudgetedMember): string | undefined {
-  const suspected = disruptionLedger.runnerSuspected(budgeted);
-  return suspected === undefined
-    ? undefined
-    : `${suspected.silent} of the ${suspected.rechecked} members this refresh re-checked gave no answer: ` +
-        "more likely this runner lost its path to them than that most proxies failed at once";
-}
-
-function warnSuspectedRunner(budgeted: BudgetedMember, reason: string): void {
-  const key = JSON.stringify([budgeted.groupKey, budgeted.member, "suspect"]);
-  if (said.has(key)) return;
-  said.add(key);
-  logToEngine(
-    `${budgeted.member}: not restarted: ${reason} (pool "${budgeted.group}"); ` +
-      "it is published not ready, and the next `up --refresh` looks again",
-    "warning",
-  );
+  const releasedBy = decision.deleteBeforeReplace ? "create" : "delete";
+  if (admitted(budgeted, "replace", releasedBy, `${replacing.join(", ")} changed`)) return checked;
+  return replacing.reduce((kept, path) => withPathValue(kept, path, valueAt(olds, path)), checked);
 }
 
 /** The table with its in-place paths only: what a deferred member may still change. */
@@ -120,7 +115,7 @@ const inPlaceOnly = (table: ChangeTable): ChangeTable =>
 
 /**
  * diff's part: `decision` (the table's verdict with what state adds), or,
- * when it replaces or restarts the VM and the budget denies that, only the
+ * when it replaces or restarts the VM and that is not admitted, only the
  * in-place changes of the table.
  */
 export function decisionWithinBudget(
@@ -134,41 +129,22 @@ export function decisionWithinBudget(
     decision.replaces.length > 0 ? "replace" : decision.changes && restarts ? "restart" : undefined;
   const budgeted = budgetedMember(news);
   if (disruption === undefined || budgeted === undefined) return decision;
-  const suspected = disruption === "restart" ? suspectedRunnerReason(budgeted) : undefined;
-  if (suspected !== undefined) {
-    warnSuspectedRunner(budgeted, suspected);
-    return decideDiff(inPlaceOnly(table), olds, news);
-  }
-  const releasedBy: Step =
-    disruption === "restart" ? "update" : decision.deleteBeforeReplace ? "create" : "delete";
-  const admission = disruptionLedger.admit(budgeted, disruption, releasedBy);
-  if (admission.granted) return decision;
-  const why =
+  const go =
     disruption === "restart"
-      ? "its proxy did not answer the last re-check"
-      : `${decision.replaces.join(", ")} asked for it`;
-  warnDeferred(budgeted, disruption, why, admission.holders);
-  return decideDiff(inPlaceOnly(table), olds, news);
+      ? admitted(budgeted, "restart", "update", SILENT)
+      : admitted(
+          budgeted,
+          "replace",
+          decision.deleteBeforeReplace ? "create" : "delete",
+          `${decision.replaces.join(", ")} asked for it`,
+        );
+  return go ? decision : decideDiff(inPlaceOnly(table), olds, news);
 }
 
 /** update's part: whether the egress heal's restart may go ahead now. */
 export function restartAdmitted(news: Props): boolean {
   const budgeted = budgetedMember(news);
-  if (budgeted === undefined) return true;
-  const suspected = suspectedRunnerReason(budgeted);
-  if (suspected !== undefined) {
-    warnSuspectedRunner(budgeted, suspected);
-    return false;
-  }
-  const admission = disruptionLedger.admit(budgeted, "restart", "update");
-  if (!admission.granted)
-    warnDeferred(
-      budgeted,
-      "restart",
-      "its proxy did not answer the last re-check",
-      admission.holders,
-    );
-  return admission.granted;
+  return budgeted === undefined || admitted(budgeted, "restart", "update", SILENT);
 }
 
 async function releasing<T>(
@@ -241,7 +217,7 @@ export function deleteWithinBudget<R>(remove: (id: string, props: Props) => Prom
 }
 
 /** A read that notes what its re-check found, for the "most look silent" rule. */
-export function readNotingRechecks<R extends { props?: Props }>(
+function readNotingRechecks<R extends { props?: Props }>(
   read: (id: string, props: Props) => Promise<R>,
 ) {
   return async (id: string, props: Props): Promise<R> => {
@@ -251,5 +227,20 @@ export function readNotingRechecks<R extends { props?: Props }>(
     if (budgeted !== undefined && found.egressRecheck === true && found.state === "running")
       disruptionLedger.noteRecheck(budgeted, isUnanswered(found[EGRESS_PROBLEM_KEY]));
     return result;
+  };
+}
+
+/** A VM resource's steps, each within the budget as above (the providers export these). */
+export function budgetedSteps<C, R extends { props?: Props }, U, D>(steps: {
+  create: (inputs: Props) => Promise<C>;
+  read: (id: string, props: Props) => Promise<R>;
+  update: (id: string, olds: Props, news: Props) => Promise<U>;
+  remove: (id: string, props: Props) => Promise<D>;
+}) {
+  return {
+    create: createReleasingBudget(steps.create),
+    read: readNotingRechecks(steps.read),
+    update: updateReleasingBudget(steps.update),
+    remove: deleteWithinBudget(steps.remove),
   };
 }

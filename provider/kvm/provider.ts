@@ -10,12 +10,7 @@
  */
 import type * as pulumi from "@pulumi/pulumi";
 import { checkWithAutonaming } from "../common/check";
-import {
-  createReleasingBudget,
-  deleteWithinBudget,
-  readNotingRechecks,
-  updateReleasingBudget,
-} from "../common/disruption-rules";
+import { budgetedSteps } from "../common/disruption-rules";
 import { rememberGoneHosts } from "../common/gone-hosts";
 import type { CheckFailure } from "../common/inputs";
 import { decideMemberDiff } from "../common/state-rules";
@@ -29,11 +24,13 @@ import { remove as removeVm } from "./delete";
 import { read as readVm } from "./read";
 import { update as updateVm } from "./update";
 
-/** The disruption budget's grants end with these steps (common/disruption-rules.ts). */
-export const create = createReleasingBudget(createVm);
-export const read = readNotingRechecks(readVm);
-export const update = updateReleasingBudget(updateVm);
-export const remove = deleteWithinBudget(removeVm);
+/** Each step within the disruption budget (common/disruption-rules.ts). */
+export const { create, read, update, remove } = budgetedSteps({
+  create: createVm,
+  read: readVm,
+  update: updateVm,
+  remove: removeVm,
+});
 export { KVM_OUTPUT_KEYS, setProgressLog, type KvmProxyOutputs, type ProgressLog } from "./steps";
 
 // ---- configure -------------------------------------------------------------------------------------

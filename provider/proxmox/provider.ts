@@ -1,12 +1,7 @@
 import { checkWithAutonaming } from "../common/check";
 import { containsUnknown } from "../common/inputs";
 import { rememberGoneHosts } from "../common/gone-hosts";
-import {
-  createReleasingBudget,
-  deleteWithinBudget,
-  readNotingRechecks,
-  updateReleasingBudget,
-} from "../common/disruption-rules";
+import { budgetedSteps } from "../common/disruption-rules";
 import { decideMemberDiff } from "../common/state-rules";
 import { rememberProviderConfig } from "./connection";
 import { DiffDecision, PROXMOX_CHANGE_TABLE } from "./diff";
@@ -29,11 +24,13 @@ import type { Props } from "./steps";
  * resource.ts); so is deleteProxy, the name earlier versions' stored code calls.
  */
 
-/** The disruption budget's grants end with these steps (common/disruption-rules.ts). */
-export const create = createReleasingBudget(createVm);
-export const read = readNotingRechecks(readVm);
-export const update = updateReleasingBudget(updateVm);
-export const remove = deleteWithinBudget(removeVm);
+/** Each step within the disruption budget (common/disruption-rules.ts). */
+export const { create, read, update, remove } = budgetedSteps({
+  create: createVm,
+  read: readVm,
+  update: updateVm,
+  remove: removeVm,
+});
 export { parseResourceId, PROXMOX_OUTPUT_KEYS, resourceId } from "./steps";
 
 // ---------------------------------------------------------------- configure

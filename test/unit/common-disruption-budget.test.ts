@@ -35,11 +35,11 @@ describe("disruption budget: the ledger", () => {
   it("grants up to maxUnavailable members of a group, again to a holder, and frees a grant when its step ends", () => {
     const ledger = new DisruptionLedger();
     const [a, b, c] = [member("a", 2), member("b", 2), member("c", 2)];
-    assert.deepEqual(ledger.admit(a, "replace", "delete"), { granted: true, holders: ["a"] });
-    assert.deepEqual(ledger.admit(b, "restart", "update"), { granted: true, holders: ["a", "b"] });
-    assert.deepEqual(ledger.admit(c, "replace", "delete"), { granted: false, holders: ["a", "b"] });
+    assert.deepEqual(ledger.admit(a, "delete"), { granted: true, holders: ["a"] });
+    assert.deepEqual(ledger.admit(b, "update"), { granted: true, holders: ["a", "b"] });
+    assert.deepEqual(ledger.admit(c, "delete"), { granted: false, holders: ["a", "b"] });
     // Asking again is free for a holder.
-    assert.equal(ledger.admit(a, "replace", "delete").granted, true);
+    assert.equal(ledger.admit(a, "delete").granted, true);
     // Only the step the grant waits for frees it (a replaced VM's create does not, its delete does)...
     ledger.release(a, "create");
     assert.equal(ledger.holds(a), true);
@@ -48,7 +48,7 @@ describe("disruption budget: the ledger", () => {
     // ...or any step of it that failed.
     ledger.release(b, "create", true);
     assert.equal(ledger.holds(b), false);
-    assert.equal(ledger.admit(c, "replace", "delete").granted, true);
+    assert.equal(ledger.admit(c, "delete").granted, true);
   });
 
   it("keeps groups and stacks apart", () => {
@@ -61,10 +61,10 @@ describe("disruption budget: the ledger", () => {
       owner: { project: "p", stack: "prod", resource: "c" },
       disruptionBudget: budget,
     })!;
-    assert.equal(ledger.admit(member("a"), "replace", "delete").granted, true);
-    assert.equal(ledger.admit(other, "replace", "delete").granted, true);
-    assert.equal(ledger.admit(otherStack, "replace", "delete").granted, true);
-    assert.equal(ledger.admit(member("d"), "replace", "delete").granted, false);
+    assert.equal(ledger.admit(member("a"), "delete").granted, true);
+    assert.equal(ledger.admit(other, "delete").granted, true);
+    assert.equal(ledger.admit(otherStack, "delete").granted, true);
+    assert.equal(ledger.admit(member("d"), "delete").granted, false);
   });
 
   it("no budget, or one that is not valid, is no member of any group", () => {
@@ -94,7 +94,7 @@ describe("disruption budget: the ledger", () => {
   it("a delete nobody planned waits for a free place, and goes anyway (said) once its wait is over", async () => {
     const ledger = new DisruptionLedger();
     const [a, b, c] = [member("a"), member("b"), member("c")];
-    ledger.admit(a, "replace", "delete");
+    ledger.admit(a, "delete");
     const waited: string[][] = [];
     let done = false;
     const waiting = ledger
@@ -230,22 +230,22 @@ for (const backend of backends)
         remove: deleteWithinBudget(async () => undefined),
       };
       const props = await created("m-0");
-      disruptionLedger.admit(a, "replace", "delete");
+      disruptionLedger.admit(a, "delete");
       await steps.create(props);
       assert.equal(disruptionLedger.holds(a), true, "the new VM is up; the old one is still to go");
       await steps.remove("id", props);
       assert.equal(disruptionLedger.holds(a), false);
-      disruptionLedger.admit(a, "restart", "update");
+      disruptionLedger.admit(a, "update");
       await steps.update("id", props, props);
       assert.equal(disruptionLedger.holds(a), false);
-      disruptionLedger.admit(a, "replace", "delete");
+      disruptionLedger.admit(a, "delete");
       await assert.rejects(steps.failingCreate(props), /no room/);
       assert.equal(disruptionLedger.holds(a), false, "a failed replacement frees its place");
     });
 
     it("a scale-down delete waits while the budget is held, then goes", async () => {
       const holder = member("m-0");
-      disruptionLedger.admit(holder, "replace", "delete");
+      disruptionLedger.admit(holder, "delete");
       const removed: string[] = [];
       const remove = deleteWithinBudget(async (id: string) => void removed.push(id));
       const gone = remove("vm-3", await created("m-3"));
@@ -260,7 +260,7 @@ for (const backend of backends)
     it("`pulumi destroy` (no member of the pool registered in this deployment): deletes do not wait", async () => {
       const props = await created("m-3");
       disruptionLedger.reset();
-      disruptionLedger.admit(member("m-0"), "replace", "delete");
+      disruptionLedger.admit(member("m-0"), "delete");
       const removed: string[] = [];
       await deleteWithinBudget(async (id: string) => void removed.push(id))("vm-3", props);
       assert.deepEqual(removed, ["vm-3"]);
