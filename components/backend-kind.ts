@@ -35,8 +35,8 @@ export interface PoolDecisions<PoolSettings = unknown> {
   egressRecheck: boolean;
   /** The members' `rotateAfterDays`, when the pool rotates by age. */
   rotateAfterDays?: number;
-  /** Every VM member's `disruptionBudget`: the pool's name and its `maxUnavailable`, resolved. */
-  disruptionBudget?: { group: string; maxUnavailable: number };
+  /** Every VM member's `disruptionBudget`: the pool's name, its `maxUnavailable` resolved, and its drain. */
+  disruptionBudget?: { group: string; maxUnavailable: number; drainSeconds?: number };
   parent: pulumi.Resource;
 }
 
@@ -252,7 +252,7 @@ export const lifecycleOf = (
   rotateEgress?: Record<string, string>;
   egressRecheck: boolean;
   rotateAfterDays?: number;
-  disruptionBudget?: { group: string; maxUnavailable: number };
+  disruptionBudget?: { group: string; maxUnavailable: number; drainSeconds?: number };
 } => {
   const rotateEgress = addressEntries(pool.rotate);
   return {

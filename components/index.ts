@@ -29,6 +29,7 @@ export {
   poolConfigSchema,
 } from "./stack-config";
 export type { PoolConfig, RawStackConfig, StackConfigResult } from "./stack-config";
+export type { PoolLifecycleArgs } from "./lifecycle-args";
 export { groupByEgress, sharedEgress } from "./egress-diversity";
 export type { EgressGroup } from "./egress-diversity";
 export type { EndpointCheck, PublishedProxy } from "./published-checks";

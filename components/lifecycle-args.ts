@@ -1,9 +1,44 @@
 /**
- * The pool's `maxUnavailable` as the members' `disruptionBudget`
- * (provider/common/disruption-budget.ts): how many of its members one
- * deployment may restart, replace, rotate or delete at the same time, and
- * the checks of the pool's other lifecycle arguments. Pure.
+ * The pool's `maxUnavailable` and `drainSeconds` as the members'
+ * `disruptionBudget` (provider/common/disruption-budget.ts): how many of its
+ * members one deployment may restart, replace, rotate or delete at the same
+ * time, and how long one stays up after it left the published set; and the
+ * checks of the pool's other lifecycle arguments. Pure.
  */
+
+/** The pool's arguments for its members' life after create (EgressProxyPoolArgs has them). */
+export interface PoolLifecycleArgs {
+  /**
+   * Re-check every member on each refresh (default true): its port, then
+   * `egressCheck` through it. A member that does not answer is published not
+   * ready and the next `up` restarts it, then replaces it if it still does not
+   * answer; a new exit address is accepted and republished. docs/day2.md.
+   */
+  recheckEgress?: boolean;
+  /**
+   * Rotate VM members older than this many days: a refresh reports them for
+   * replacement, and the `up` creates each new VM (ready, checked) before the
+   * old one is deleted. `pulumi up --refresh` (a resync) does both. docs/day2.md.
+   */
+  rotateAfterDays?: number;
+  /**
+   * How many members one `up` may take out of service at the same time:
+   * restarted (a silent proxy), replaced (rotated, repaired, a new image),
+   * or deleted (scale-down). A count (2) or a share of the members ("25%",
+   * rounded down); never below 1. Default "25%". The other members wait: a
+   * replacement or restart for the next `up` (a warning names them), a
+   * delete for a free place. docs/day2.md, "A disruption budget".
+   */
+  maxUnavailable?: number | string;
+  /**
+   * Seconds a member stays up after it left the published set (Secret,
+   * EndpointSlices) before its VM is deleted: in a rotation, a replacement
+   * and a scale-down, for clients that still hold its URL (a mounted Secret
+   * lags by a kubelet sync). 0: no drain. Default 30. Not in `pulumi
+   * destroy`. docs/day2.md, "Drain".
+   */
+  drainSeconds?: number;
+}
 
 /** A count (2, "2") or a share of the members ("25%"). */
 type MaxUnavailable = number | string;
@@ -47,11 +82,33 @@ export function resolveMaxUnavailable(value: MaxUnavailable | undefined, members
   return Math.max(1, count);
 }
 
-/** The pool's lifecycle arguments (recheckEgress, rotateAfterDays, maxUnavailable), each problem naming its fix. */
+/** The default drain: a little longer than a mounted Secret's usual lag (kubelet's sync, about a minute at worst). */
+export const DEFAULT_DRAIN_SECONDS = 30;
+
+/** Longest drain the pool accepts (the member input's own bound). */
+const MAX_DRAIN_SECONDS = 3600;
+
+/** The members' drain: as given, else the default. */
+export function resolveDrainSeconds(value: number | undefined): number {
+  return value ?? DEFAULT_DRAIN_SECONDS;
+}
+
+function drainSecondsProblem(value: unknown): string | undefined {
+  if (value === undefined) return undefined;
+  return typeof value === "number" &&
+    Number.isInteger(value) &&
+    value >= 0 &&
+    value <= MAX_DRAIN_SECONDS
+    ? undefined
+    : `drainSeconds must be a whole number of seconds from 0 (no drain) to ${MAX_DRAIN_SECONDS}, e.g. ${DEFAULT_DRAIN_SECONDS}, not ${JSON.stringify(value)}`;
+}
+
+/** The pool's lifecycle arguments (recheckEgress, rotateAfterDays, maxUnavailable, drainSeconds), each problem naming its fix. */
 export function lifecycleArgsProblems(args: {
   recheckEgress?: unknown;
   rotateAfterDays?: unknown;
   maxUnavailable?: unknown;
+  drainSeconds?: unknown;
 }): string[] {
   const problems: string[] = [];
   if (args.recheckEgress !== undefined && typeof args.recheckEgress !== "boolean")
@@ -63,5 +120,7 @@ export function lifecycleArgsProblems(args: {
     );
   const budgetProblem = maxUnavailableProblem(args.maxUnavailable);
   if (budgetProblem !== undefined) problems.push(budgetProblem);
+  const drainProblem = drainSecondsProblem(args.drainSeconds);
+  if (drainProblem !== undefined) problems.push(drainProblem);
   return problems;
 }

@@ -29,7 +29,12 @@ import {
   type EgressGroup,
 } from "./egress-diversity";
 import { memberUrls, poolIpFamilyProblems, poolTakesIpv6 } from "./dual-stack";
-import { lifecycleArgsProblems, resolveMaxUnavailable } from "./lifecycle-args";
+import {
+  lifecycleArgsProblems,
+  resolveDrainSeconds,
+  resolveMaxUnavailable,
+  type PoolLifecycleArgs,
+} from "./lifecycle-args";
 import { rotateEntryProblems, unusedEntries } from "./rotate-entries";
 import { checkExporterArgsProblems } from "./kubernetes-exporter";
 import {
@@ -92,7 +97,7 @@ export interface SquidArgs {
  * kind (`BackendPoolSettings`, e.g. `kvmImage`), which the kinds' entries in
  * components/backends.ts declare and read.
  */
-export interface EgressProxyPoolArgs extends BackendPoolSettings {
+export interface EgressProxyPoolArgs extends BackendPoolSettings, PoolLifecycleArgs {
   backends: PoolBackend[];
   /** Total number of proxies, split by weight over backends without their own count. */
   count?: number;
@@ -147,28 +152,6 @@ export interface EgressProxyPoolArgs extends BackendPoolSettings {
    * not rotated again until the text changes. docs/day2.md.
    */
   rotate?: Record<string, string>;
-  /**
-   * Re-check every member on each refresh (default true): its port, then
-   * `egressCheck` through it. A member that does not answer is published not
-   * ready and the next `up` restarts it, then replaces it if it still does not
-   * answer; a new exit address is accepted and republished. docs/day2.md.
-   */
-  recheckEgress?: boolean;
-  /**
-   * Rotate VM members older than this many days: a refresh reports them for
-   * replacement, and the `up` creates each new VM (ready, checked) before the
-   * old one is deleted. `pulumi up --refresh` (a resync) does both. docs/day2.md.
-   */
-  rotateAfterDays?: number;
-  /**
-   * How many members one `up` may take out of service at the same time:
-   * restarted (a silent proxy), replaced (rotated, repaired, a new image),
-   * or deleted (scale-down). A count (2) or a share of the members ("25%",
-   * rounded down); never below 1. Default "25%". The other members wait: a
-   * replacement or restart for the next `up` (a warning names them), a
-   * delete for a free place. docs/day2.md, "A disruption budget".
-   */
-  maxUnavailable?: number | string;
   /** Publish the endpoints to Kubernetes (Secret + selector-less Service + EndpointSlice). */
   kubernetes?: KubernetesPublishingArgs;
 }
@@ -428,6 +411,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       disruptionBudget: {
         group: name,
         maxUnavailable: resolveMaxUnavailable(args.maxUnavailable, members),
+        drainSeconds: resolveDrainSeconds(args.drainSeconds),
       },
       port,
       basicAuth:

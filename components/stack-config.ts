@@ -186,6 +186,9 @@ export const poolConfigSchema = z.strictObject({
       error: 'maxUnavailable must be a count of members (e.g. 2) or a share (e.g. "25%")',
     })
     .optional(),
+  drainSeconds: z
+    .number({ error: "drainSeconds must be a whole number of seconds, e.g. 30 (0: no drain)" })
+    .optional(),
   kubernetes: z
     .strictObject({
       namespace: z.string({ error: "kubernetes.namespace must be the namespace name" }),
@@ -430,6 +433,7 @@ function poolArgs(
     recheckEgress: config.recheckEgress,
     rotateAfterDays: config.rotateAfterDays,
     ...(config.maxUnavailable === undefined ? {} : { maxUnavailable: config.maxUnavailable }),
+    ...(config.drainSeconds === undefined ? {} : { drainSeconds: config.drainSeconds }),
     kubernetes: config.kubernetes,
   };
 }

@@ -25,13 +25,11 @@ type SplitPaths<T, Split extends keyof T> = Split extends keyof T
  * classified does not compile): each top-level key, except the object inputs
  * in `Split`, which are classified field by field as dotted paths.
  * `vmNameChosenBy` follows `vmName` and is never compared on its own;
- * `rotateEgress` is never compared whole (its rule: common/egress-rotation.ts),
- * `disruptionBudget` never (it plans no change: common/disruption-budget.ts).
+ * `rotateEgress` is never compared whole (its rule: common/egress-rotation.ts).
  */
 export type ChangeTableOf<T, Split extends keyof T = never> = Readonly<
   Record<
-    | Exclude<keyof T, Split | "vmNameChosenBy" | "rotateEgress" | "disruptionBudget">
-    | SplitPaths<T, Split>,
+    Exclude<keyof T, Split | "vmNameChosenBy" | "rotateEgress"> | SplitPaths<T, Split>,
     ChangeKind
   >
 >;

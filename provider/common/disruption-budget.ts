@@ -33,6 +33,9 @@ import { sleepWithin, type Deadline } from "./deadline";
 /** The input's name (common/diff.ts ChangeTableOf leaves it out of every table: it never plans a change). */
 export const DISRUPTION_BUDGET_KEY = "disruptionBudget";
 
+/** Longest drain one member may ask for: consumers that need longer should not be fed from a mounted Secret. */
+export const MAX_DRAIN_SECONDS = 3600;
+
 export const disruptionBudgetSchema = z
   .object(
     {
@@ -45,10 +48,20 @@ export const disruptionBudgetSchema = z
         .int({ error: "disruptionBudget.maxUnavailable must be a whole number, e.g. 1" })
         .min(1, { error: "disruptionBudget.maxUnavailable must be at least 1" })
         .max(100_000, { error: "disruptionBudget.maxUnavailable must be at most 100000" }),
+      drainSeconds: z
+        .number({
+          error: "disruptionBudget.drainSeconds must be a whole number of seconds, e.g. 30",
+        })
+        .int({ error: "disruptionBudget.drainSeconds must be a whole number of seconds, e.g. 30" })
+        .min(0, { error: "disruptionBudget.drainSeconds must be 0 (no drain) or more" })
+        .max(MAX_DRAIN_SECONDS, {
+          error: `disruptionBudget.drainSeconds must be at most ${MAX_DRAIN_SECONDS} (an hour)`,
+        })
+        .optional(),
     },
     {
       error:
-        'disruptionBudget must be { group: "<pool name>", maxUnavailable: <count> }, e.g. { group: "crawl", maxUnavailable: 1 }',
+        'disruptionBudget must be { group: "<pool name>", maxUnavailable: <count>, drainSeconds?: <seconds> }, e.g. { group: "crawl", maxUnavailable: 1, drainSeconds: 30 }',
     },
   )
   .optional();
@@ -62,6 +75,11 @@ export interface BudgetedMember {
   groupKey: string;
   group: string;
   maxUnavailable: number;
+  /**
+   * How long a member stays up after the pool stopped publishing it, before
+   * its VM is deleted (0: none; absent in state written before drains).
+   */
+  drainSeconds: number;
   /** The Pulumi resource name (`owner.resource`): the same for a VM and its replacement. */
   member: string;
 }
@@ -72,11 +90,12 @@ export function budgetedMember(props: Record<string, unknown>): BudgetedMember |
   const owner = props.owner as
     { project?: unknown; stack?: unknown; resource?: unknown } | undefined;
   if (typeof owner?.resource !== "string") return undefined;
-  const { group, maxUnavailable } = parsed.data;
+  const { group, maxUnavailable, drainSeconds } = parsed.data;
   return {
     groupKey: JSON.stringify([owner.project ?? "", owner.stack ?? "", group]),
     group,
     maxUnavailable,
+    drainSeconds: drainSeconds ?? 0,
     member: owner.resource,
   };
 }
@@ -135,7 +154,12 @@ export class DisruptionLedger {
   }
 
   holds(budgeted: BudgetedMember): boolean {
-    return this.groups.get(budgeted.groupKey)?.has(budgeted.member) ?? false;
+    return this.grantOf(budgeted) !== undefined;
+  }
+
+  /** The step whose end frees the member's grant; undefined: it holds none. */
+  grantOf(budgeted: BudgetedMember): Step | undefined {
+    return this.groups.get(budgeted.groupKey)?.get(budgeted.member);
   }
 
   /**

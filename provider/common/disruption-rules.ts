@@ -13,11 +13,12 @@
  * - read: what each re-check found is noted; when most members of a pool
  *   look silent in one refresh, no restart is done at all (the runner that
  *   cannot reach them is the likelier fault than most proxies at once);
- * - create, update, delete: the end of a step frees its grant, and a delete
- *   nobody planned (scale-down) waits for a free place first.
+ * - create, update, delete: the end of a step frees its grant, a delete
+ *   nobody planned (scale-down) waits for a free place first, and a member
+ *   that carried traffic is drained before its VM goes.
  */
 import { containsUnknown } from "./inputs";
-import { Deadline } from "./deadline";
+import { Deadline, sleepWithin } from "./deadline";
 import { decideDiff, valueAt, type ChangeTable, type DiffDecision } from "./diff";
 import {
   budgetedMember,
@@ -27,6 +28,7 @@ import {
 } from "./disruption-budget";
 import { EGRESS_PROBLEM_KEY, isUnanswered } from "./egress-recheck";
 import { logToEngine } from "./engine-log";
+import { isIncompleteCreate } from "./partial-create";
 
 type Props = Record<string, unknown>;
 
@@ -179,38 +181,74 @@ export function updateReleasingBudget<R>(
 /** Longest a delete waits for a place: as long as the step that holds one may take. */
 const DEFAULT_WAIT_SECONDS = 900;
 
+/** A member the pool no longer has (scale-down) waits for a free place, or goes anyway, said, once a create could have ended. */
+async function waitForPlace(budgeted: BudgetedMember, props: Props): Promise<void> {
+  const timeouts = props.timeouts as { createSeconds?: unknown } | undefined;
+  const seconds =
+    typeof timeouts?.createSeconds === "number" ? timeouts.createSeconds : DEFAULT_WAIT_SECONDS;
+  const deadline = Deadline.afterSeconds(seconds, "timeouts.createSeconds");
+  const { overran } = await disruptionLedger.admitDelete(budgeted, deadline, (holders) =>
+    logToEngine(
+      `${budgeted.member}: delete waits for the disruption budget of pool "${budgeted.group}" ` +
+        `(maxUnavailable ${budgeted.maxUnavailable}, held by ${holders.join(", ")})`,
+      "info",
+    ),
+  );
+  if (overran)
+    logToEngine(
+      `${budgeted.member}: deleted without a place in the disruption budget of pool "${budgeted.group}": ` +
+        `its holders did not finish within ${seconds} s (timeouts.createSeconds)`,
+      "warning",
+    );
+}
+
 /**
- * A delete within the budget: the replaced VM of a member that holds a grant
- * goes at once; a member the pool no longer has waits for a free place (and
- * goes anyway, said, once a create could have ended), then frees it; a
- * member whose pool this deployment's program does not register goes at once.
+ * Whether the member carried traffic at its last read: running, and not
+ * silent at its last re-check. One that did not (stopped, dead, a create
+ * that never finished) has no clients to drain.
+ */
+function inService(props: Props): boolean {
+  if (isIncompleteCreate(props)) return false;
+  const state = props.state;
+  return (
+    (typeof state !== "string" || state === "running") && !isUnanswered(props[EGRESS_PROBLEM_KEY])
+  );
+}
+
+/**
+ * The drain: by the time the engine deletes a member the pool still has in
+ * its program, the pool's published set (Secret, EndpointSlices) no longer
+ * names it, because the engine deletes a replaced or removed resource only
+ * after it has updated everything that depended on it. Clients that read the
+ * set before that (a mounted Secret lags by a kubelet sync) keep the member's
+ * URL for a while: it stays up `drainSeconds` for them.
+ */
+async function drain(budgeted: BudgetedMember, props: Props): Promise<void> {
+  if (budgeted.drainSeconds === 0 || !inService(props)) return;
+  logToEngine(
+    `${budgeted.member}: draining ${budgeted.drainSeconds} s before its VM is deleted (drainSeconds of ` +
+      `pool "${budgeted.group}"): the pool no longer publishes it; clients that still hold its URL finish`,
+    "info",
+  );
+  await sleepWithin(budgeted.drainSeconds * 1000);
+}
+
+/**
+ * A delete within the budget, drained: the replaced VM of a member that
+ * holds a grant goes after its drain; a member the pool no longer has waits
+ * for a free place first; the old VM of a replacement that deletes first (a
+ * name the user fixed) is not drained, since nothing republished without it
+ * yet; a member whose pool this deployment's program does not register
+ * (`pulumi destroy`, the pool removed) goes at once: no capacity left to
+ * protect, nobody to drain for.
  */
 export function deleteWithinBudget<R>(remove: (id: string, props: Props) => Promise<R>) {
   return async (id: string, props: Props): Promise<R> => {
     const budgeted = budgetedMember(props);
-    // `pulumi destroy`, or the pool gone from the program: no capacity left to protect.
-    if (
-      budgeted !== undefined &&
-      disruptionLedger.inProgram(budgeted) &&
-      !disruptionLedger.holds(budgeted)
-    ) {
-      const timeouts = props.timeouts as { createSeconds?: unknown } | undefined;
-      const seconds =
-        typeof timeouts?.createSeconds === "number" ? timeouts.createSeconds : DEFAULT_WAIT_SECONDS;
-      const deadline = Deadline.afterSeconds(seconds, "timeouts.createSeconds");
-      const { overran } = await disruptionLedger.admitDelete(budgeted, deadline, (holders) =>
-        logToEngine(
-          `${budgeted.member}: delete waits for the disruption budget of pool "${budgeted.group}" ` +
-            `(maxUnavailable ${budgeted.maxUnavailable}, held by ${holders.join(", ")})`,
-          "info",
-        ),
-      );
-      if (overran)
-        logToEngine(
-          `${budgeted.member}: deleted without a place in the disruption budget of pool "${budgeted.group}": ` +
-            `its holders did not finish within ${seconds} s (timeouts.createSeconds)`,
-          "warning",
-        );
+    if (budgeted !== undefined && disruptionLedger.inProgram(budgeted)) {
+      const grant = disruptionLedger.grantOf(budgeted);
+      if (grant === undefined) await waitForPlace(budgeted, props);
+      if (grant !== "create") await drain(budgeted, props);
     }
     return releasing(budgeted, "delete", () => remove(id, props));
   };

@@ -50,4 +50,6 @@ export const KVM_CHANGE_TABLE: ChangeTableOf<KvmProxyInputs, "connection" | "ima
   egressCheck: "update",
   timeouts: "update",
   owner: "update",
+  // Touches no VM; state must hold it, since a delete reads its drain from there.
+  disruptionBudget: "update",
 };

@@ -41,6 +41,8 @@ export const PROXMOX_CHANGE_TABLE: ChangeTableOf<ProxmoxProxyInputs> = {
   egressCheck: "update",
   timeouts: "update",
   owner: "update",
+  // Touches no VM; state must hold it, since a delete reads its drain from there.
+  disruptionBudget: "update",
 };
 
 /**

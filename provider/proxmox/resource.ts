@@ -83,11 +83,15 @@ export interface ProxmoxProxyArgs extends IpFamilyArgs {
    * Resources that share a `group` (EgressProxyPool sets the pool's name)
    * are restarted, replaced or deleted at most `maxUnavailable` at a time in
    * one deployment; the others are deferred to the next `up` with a warning
-   * (a delete waits its turn). Never itself a change. docs/day2.md.
+   * (a delete waits its turn). A member that carried traffic stays up
+   * `drainSeconds` (default 0) before its VM is deleted, unless the group's
+   * program is gone (`pulumi destroy`). Changing it touches no VM.
+   * docs/day2.md.
    */
   disruptionBudget?: pulumi.Input<{
     group: pulumi.Input<string>;
     maxUnavailable: pulumi.Input<number>;
+    drainSeconds?: pulumi.Input<number>;
   }>;
   /**
    * Re-check the proxy on every refresh that finds it running: its port, then

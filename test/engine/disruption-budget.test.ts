@@ -29,6 +29,8 @@ import {
 import { planSummary, type StoredResource } from "./resync";
 
 const AUTH = { user: "crawler", password: "engine budget secret" };
+/** Each member's drain: long enough to see, short enough for a quick suite. */
+const DRAIN_SECONDS = 1;
 const MEMBERS = ["crawl-pve-0", "crawl-pve-1", "crawl-pve-2"];
 const WARNING = 2;
 
@@ -56,7 +58,7 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
             readiness: { mode: "port", port: proxy.port },
             egressCheck: { url: `http://127.0.0.1:${echo.port}/`, proxyAuth: AUTH },
             egressRecheck: true,
-            disruptionBudget: { group: "crawl", maxUnavailable: 1 },
+            disruptionBudget: { group: "crawl", maxUnavailable: 1, drainSeconds: DRAIN_SECONDS },
             timeouts: { createSeconds: 60, readySeconds: 8, deleteSeconds: 60 },
           }),
         ),
@@ -121,7 +123,9 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
       await new Promise((resolve) => setTimeout(resolve, 50));
   }
 
-  async function removeAll(server: DynamicProviderServer, stored: StoredResource[]) {
+  /** `pulumi destroy`: a deployment whose program registers nothing (so nothing drains). */
+  async function removeAll(stored: StoredResource[]) {
+    const { server } = await deployment();
     for (const [index, member] of stored.entries())
       await server.delete(captured[index]!.urn, member.id, member.outputs);
   }
@@ -191,7 +195,7 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
     }
     const { server } = await deployment();
     assert.deepEqual(summaries(await planAll(server, stored, programs)), ["none", "none", "none"]);
-    await removeAll(server, stored);
+    await removeAll(stored);
   });
 
   it("`up --refresh` in a bad hour: the refresh finds most members silent, so no member is restarted at all", async () => {
@@ -236,7 +240,7 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
     const back = await upWithRefresh();
     assert.deepEqual(summaries(back.plans), ["none", "none", "none"]);
     for (const member of stored) assert.equal(member.outputs.egressProblem, null);
-    await removeAll(back.server, stored);
+    await removeAll(stored);
   });
 
   it("a new rotate text on every member rolls one per `up`, each new VM ready before its old one goes", async () => {
@@ -284,7 +288,7 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
     );
     const { server } = await deployment();
     assert.deepEqual(summaries(await planAll(server, stored, programs)), ["none", "none", "none"]);
-    await removeAll(server, stored);
+    await removeAll(stored);
   });
 
   it("a scale-down delete waits while a replacement holds the place, then goes", async () => {
@@ -313,10 +317,28 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
         ),
       ),
     );
+    // The replaced VM is drained (the engine republished without it first), then goes; so is the scaled-down one.
+    const started = Date.now();
     await server.delete(captured[0]!.urn, stored[0]!.id, stored[0]!.outputs);
+    // (less a few milliseconds: Node may fire a timer early by the wall clock)
+    const took = Date.now() - started;
+    assert.ok(took >= DRAIN_SECONDS * 1000 - 10, `the replaced VM was drained (${took} ms)`);
+    assert.equal(sim.vms.has(Number(stored[0]!.outputs.vmid)), false);
     await deleting;
     assert.equal(sim.vms.has(Number(stored[2]!.outputs.vmid)), false);
-    await server.delete(captured[0]!.urn, replacement.id, replacement.properties);
-    await server.delete(captured[1]!.urn, stored[1]!.id, stored[1]!.outputs);
+    const drained = (name: string) => (lines: string[]) =>
+      lines.some((line) =>
+        line.startsWith(
+          `${name}: draining ${DRAIN_SECONDS} s before its VM is deleted (drainSeconds of pool "crawl")`,
+        ),
+      );
+    for (const name of ["crawl-pve-0", "crawl-pve-2"]) {
+      await logged(engine, drained(name));
+      assert.ok(drained(name)(engine.logs.map((line) => line.message)), name);
+    }
+    await removeAll([
+      { ...stored[0]!, id: replacement.id, outputs: replacement.properties },
+      stored[1]!,
+    ]);
   });
 });

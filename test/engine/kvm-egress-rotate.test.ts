@@ -9,7 +9,8 @@
  *   it (docs/day2.md: a new exit address is accepted, not replaced);
  * - both members then leave from one address: the pool names the `rotate`
  *   change, and rotating that member creates the new VM (ready, checked)
- *   before the old one is deleted, while a sampler keeps probing the ready
+ *   before the old one is deleted, after the pool republished without it and
+ *   its drain (`drainSeconds`), while a sampler keeps probing the ready
  *   endpoints the pool publishes: never fewer than `count - 1` answer;
  * - the NAT gone again: accepted, and refresh + up of the rotated pool (its
  *   `rotate` entry kept) proposes nothing.
@@ -56,6 +57,9 @@ const AUTH = { user: "crawler", password: "day2 kvm secret" };
 const KVM_PROXY_TYPE = "pulumi-nodejs:dynamic/egress-proxies:KvmProxy";
 const SLICE_TYPE = "kubernetes:discovery.k8s.io/v1:EndpointSlice";
 const SQUID_PORT = 3128;
+
+/** The pool's drain: the old VM of the rotation stays up this long after the pool stopped publishing it. */
+const DRAIN_SECONDS = 6;
 
 /** Addresses inside the lab's /24 (egress.test.ts uses .245–.247): the echo service and a NAT source. */
 const labAddress = (lab: LabEnv, host: number) => lab.subnet.replace(/\.0\/24$/, `.${host}`);
@@ -362,6 +366,7 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
       squid: { allowedClientCidrs: [lab.subnet], basicAuth: AUTH },
       egressCheck: { url: `http://${echoAddress}:${echoPort}/` },
       kubernetes: { namespace: "crawlers", name: "egress" },
+      drainSeconds: DRAIN_SECONDS,
     };
 
     // The first `up`: both members created at once (the engine runs independent creates in parallel).
@@ -385,14 +390,18 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
 
   after(async function () {
     this.timeout(300_000);
+    await server?.stop();
+    // `pulumi destroy`: a provider process of its own whose program registers nothing (no drain, no budget).
+    const destroyer = server && (await DynamicProviderServer.start(project));
+    await destroyer?.configure({});
     for (const m of [...members, ...pendingDelete])
       if (m.stored)
-        await server
+        await destroyer
           ?.delete(m.urn, m.stored.id, m.stored.outputs)
           .catch((error: Error) =>
             process.stderr.write(`day2kvm: could not delete ${m.name}: ${error.message}\n`),
           );
-    await server?.stop();
+    await destroyer?.stop();
     // Whatever delete could not remove goes by name, and is verified gone.
     if (lab) await guests.removeAll(lab);
     if (lab) {
@@ -453,7 +462,7 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     assertHostHoldsExactlyState();
   });
 
-  it("two members on one exit address: the pool names the rotate change; the rotated VM is created first and never fewer than count - 1 endpoints answer", async () => {
+  it("two members on one exit address: the pool names the rotate change; the rotated VM is created first, the old one drained before it goes, and never fewer than count - 1 endpoints answer", async () => {
     const [kept, rotated] = [member(0), member(1)];
     addSnat(ipOf(kept), natAddress);
     await refreshAll(server, members);
@@ -514,11 +523,18 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
       assertHostHoldsExactlyState();
       // The pool's outputs resolve with the new member, and the engine updates the slice.
       sampler.publish(publishedReady(runPool()));
-      // Let the sampler see the new set before the old VM goes.
-      const seen = sampler.samples.length;
-      while (sampler.samples.length < seen + 2) await new Promise((r) => setTimeout(r, 500));
-      // Then the old one is deleted, last.
-      await server.delete(rotated.urn, old.stored.id, old.stored.outputs);
+      // Then the old one is deleted, last: drained first, so clients that still hold its URL finish.
+      const deleteStarted = Date.now();
+      const deleted = server.delete(rotated.urn, old.stored.id, old.stored.outputs);
+      await new Promise((r) => setTimeout(r, 1000));
+      assert.equal(
+        virsh("domstate", vmNameOf(old)).trim(),
+        "running",
+        "draining: the old VM still runs",
+      );
+      await deleted;
+      const took = Date.now() - deleteStarted;
+      assert.ok(took >= DRAIN_SECONDS * 1000 - 10, `deleted after its drain (${took} ms)`);
       pendingDelete.splice(pendingDelete.indexOf(old), 1);
       const settled = sampler.samples.length;
       while (sampler.samples.length < settled + 2) await new Promise((r) => setTimeout(r, 500));

@@ -107,14 +107,20 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
     project = packIntoConsumerProject();
     copyFileSync(join(REPOSITORY, "dist", "index.js"), join(project.dir, "root-program.js"));
     writeFileSync(join(project.dir, "mock-runner.js"), MOCK_RUNNER);
-    server = await DynamicProviderServer.start(project, {
+    server = await startProviderServer();
+  });
+
+  /** A provider process as the engine starts one per deployment. */
+  async function startProviderServer(): Promise<DynamicProviderServer> {
+    const started = await DynamicProviderServer.start(project, {
       project: "egress-proxies",
       stack: "e2e",
     });
     // The create call lasts as long as the guests take to boot: the provider's budget, plus a minute.
-    server.callTimeoutMs = engineCallMs();
-    await server.configure({});
-  });
+    started.callTimeoutMs = engineCallMs();
+    await started.configure({});
+    return started;
+  }
 
   after(async () => {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
@@ -283,6 +289,9 @@ describe("engine: the root program end to end (lab KVM + Proxmox simulator)", fu
       assert.equal(wrong.status, 407, "and refuses a wrong password");
     }
 
+    // `pulumi destroy`: a provider process of its own, whose program registers no pool (nothing drains).
+    await server.stop();
+    server = await startProviderServer();
     for (const [name, { id, properties, urn }] of Object.entries(created)) {
       await server.delete(urn, id, properties);
       const gone = await server.read(urn, id, properties, properties);

@@ -128,16 +128,22 @@ describe("engine: the zero-config root program on a stock Debian host", function
         }),
       }),
     );
-    server = await DynamicProviderServer.start(
+    server = await startProviderServer();
+  });
+
+  /** A provider process as the engine starts one per deployment, as if on the stock host. */
+  async function startProviderServer(): Promise<DynamicProviderServer> {
+    const started = await DynamicProviderServer.start(
       project,
       { project: "egress-proxies", stack: "stock" },
       process.env,
       undefined,
       asIfOnTheStockHost(stock),
     );
-    server.callTimeoutMs = 900_000; // a create boots a guest under TCG: 60-280 s here
-    await server.configure({});
-  });
+    started.callTimeoutMs = 900_000; // a create boots a guest under TCG: 60-280 s here
+    await started.configure({});
+    return started;
+  }
 
   after(async () => {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
@@ -248,7 +254,10 @@ describe("engine: the zero-config root program on a stock Debian host", function
     assert.equal(response?.body, "hello from a stock host\n");
     assert.ok(target.requests.length >= 1, "the request went through squid to the target");
 
-    // 4. Delete: the host is as it was after the fix, apart from the shared base image cache.
+    // 4. `pulumi destroy` (a provider process of its own; nothing drains): the host is as it was
+    // after the fix, apart from the shared base image cache.
+    await server.stop();
+    server = await startProviderServer();
     await server.delete(urn, created.id, created.properties);
     cleanups.pop();
     const gone = await server.read(urn, created.id, created.properties, created.properties);

@@ -126,11 +126,13 @@ const backends = [
       disruptionBudget: budget,
     }),
     provider: kvm,
+    id: "kvm1.lan/m-0",
   },
   {
     name: "ProxmoxProxy",
     raw: (resource: string): Props => ({
       owner: ownerOf(resource),
+      apiEndpoint: "https://pve.invalid:8006",
       apiToken: "root@pam!edge=5ecret",
       node: "pve",
       templateVmid: 9000,
@@ -141,6 +143,7 @@ const backends = [
       disruptionBudget: budget,
     }),
     provider: proxmox,
+    id: "nodes/pve/qemu/101",
   },
 ];
 
@@ -255,6 +258,75 @@ for (const backend of backends)
       await gone;
       assert.deepEqual(removed, ["vm-3"]);
       assert.equal(disruptionLedger.holds(member("m-3")), false);
+    });
+
+    /** A delete of `props` as the engine runs it, with the VM deletion it reaches recorded. */
+    function deleting(props: Props) {
+      const removed: string[] = [];
+      const started = Date.now();
+      const done = deleteWithinBudget(async (id: string) => void removed.push(id))(
+        "vm",
+        props,
+      ).then(() => Date.now() - started);
+      return { removed, done };
+    }
+    const drained = (props: Props, drainSeconds: number): Props => ({
+      ...props,
+      disruptionBudget: { ...budget, drainSeconds },
+    });
+
+    it("drain: a member that carried traffic stays up drainSeconds before its VM goes, scaled down or replaced new-VM-first", async () => {
+      for (const grant of [undefined, "delete"] as const) {
+        disruptionLedger.reset();
+        const props = drained(await created("m-1"), 1);
+        if (grant !== undefined) disruptionLedger.admit(member("m-1"), grant);
+        const { removed, done } = deleting(props);
+        await new Promise((resolve) => setTimeout(resolve, 400));
+        assert.deepEqual(removed, [], `still draining (${grant ?? "scale-down"})`);
+        // Node may fire a timer a millisecond early by the wall clock.
+        const took = await done;
+        assert.ok(took >= 990, `deleted only after the drain (${took} ms)`);
+        assert.deepEqual(removed, ["vm"]);
+        assert.equal(
+          disruptionLedger.holds(member("m-1")),
+          false,
+          "the drain held its place until the delete",
+        );
+      }
+    });
+
+    it("drain: none for a member that carried no traffic, a replacement that deletes first, or `pulumi destroy`", async () => {
+      // An hour's drain: any of these that drained would time the test out.
+      const silent = {
+        [EGRESS_PROBLEM_KEY]: {
+          kind: "unanswered",
+          reason: "timeout",
+          since: "2026-12-05T00:00:00Z",
+        },
+      };
+      for (const outputs of [silent, { state: "stopped" }]) {
+        const { removed, done } = deleting(drained(await created("m-1", {}, outputs), 3600));
+        await done;
+        assert.deepEqual(removed, ["vm"]);
+      }
+      const deleteFirst = drained(await created("m-2"), 3600);
+      disruptionLedger.admit(member("m-2"), "create");
+      await deleting(deleteFirst).done;
+      const destroyed = drained(await created("m-3"), 3600);
+      disruptionLedger.reset();
+      const { removed, done } = deleting(destroyed);
+      await done;
+      assert.deepEqual(removed, ["vm"]);
+    });
+
+    it("a new drainSeconds is an in-place update that reaches state and touches no VM", async () => {
+      const olds = drained(await created("m-0"), 30);
+      const program = { ...backend.raw("m-0"), disruptionBudget: { ...budget, drainSeconds: 5 } };
+      const planned = await plan(olds, program);
+      assert.deepEqual([planned.changes, planned.replaces], [true, []]);
+      // No host is reachable here (kvm1.lan, no Proxmox API): an update that went to one would fail.
+      const { outs } = await provider.update(backend.id, olds, planned.inputs);
+      assert.deepEqual(outs.disruptionBudget, { ...budget, drainSeconds: 5 });
     });
 
     it("`pulumi destroy` (no member of the pool registered in this deployment): deletes do not wait", async () => {

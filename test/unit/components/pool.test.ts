@@ -1121,7 +1121,7 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     );
   });
 
-  it("maxUnavailable: every VM member gets the pool's disruption budget (default a quarter, at least one), static members none", async () => {
+  it("maxUnavailable and drainSeconds: every VM member gets the pool's disruption budget (default a quarter, at least one; a 30 s drain), static members none", async () => {
     const budgetsOf = async (name: string, args: Record<string, unknown>) => {
       const instance = new pool.EgressProxyPool(name, {
         backends: [KVM("kvm1"), PROXMOX("pve1"), STATIC("shop", ["http://203.0.113.7:3128"])],
@@ -1143,7 +1143,7 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
         budget,
         String(name).startsWith("budget-default-shop")
           ? undefined
-          : { group: "budget-default", maxUnavailable: 2 },
+          : { group: "budget-default", maxUnavailable: 2, drainSeconds: 30 },
         String(name),
       );
     // Few members: never below one, or nothing could ever be rotated or healed.
@@ -1152,15 +1152,17 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       {
         group: "budget-few",
         maxUnavailable: 1,
+        drainSeconds: 30,
       },
     );
     assert.deepEqual(
-      new Map(await budgetsOf("budget-count", { count: 3, maxUnavailable: 3 })).get(
-        "budget-count-kvm1-0",
-      ),
+      new Map(
+        await budgetsOf("budget-count", { count: 3, maxUnavailable: 3, drainSeconds: 0 }),
+      ).get("budget-count-kvm1-0"),
       {
         group: "budget-count",
         maxUnavailable: 3,
+        drainSeconds: 0,
       },
     );
     assert.deepEqual(
@@ -1170,6 +1172,7 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       {
         group: "budget-share",
         maxUnavailable: 3,
+        drainSeconds: 30,
       },
     );
     for (const [value, message] of [
@@ -1189,6 +1192,21 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
             maxUnavailable: value,
           }),
         (error: Error) => error instanceof pool.PoolArgsError && message.test(error.message),
+        String(value),
+      );
+    for (const value of [-1, 2.5, 3601, "30"])
+      assert.throws(
+        () =>
+          new pool.EgressProxyPool(`drain-bad-${String(value)}`, {
+            backends: [KVM("kvm1")],
+            count: 1,
+            drainSeconds: value as number,
+          }),
+        (error: Error) =>
+          error instanceof pool.PoolArgsError &&
+          /drainSeconds must be a whole number of seconds from 0 \(no drain\) to 3600, e\.g\. 30/.test(
+            error.message,
+          ),
         String(value),
       );
   });

@@ -173,14 +173,20 @@ describe("root program: stack config", () => {
         recheckEgress: false,
         rotateAfterDays: 30,
         maxUnavailable: "10%",
+        drainSeconds: 45,
       },
       basicAuthPassword: "<secret password>",
       kvmPrivateKey: PRIVATE_KEY,
     });
     assert.ok(result.ok, JSON.stringify(result));
     assert.deepEqual(
-      [result.args.recheckEgress, result.args.rotateAfterDays, result.args.maxUnavailable],
-      [false, 30, "10%"],
+      [
+        result.args.recheckEgress,
+        result.args.rotateAfterDays,
+        result.args.maxUnavailable,
+        result.args.drainSeconds,
+      ],
+      [false, 30, "10%", 45],
     );
     const kvm = result.args.backends[0] as unknown as {
       kvm: { connection: Record<string, unknown>; network: unknown };
