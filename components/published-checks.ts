@@ -4,7 +4,7 @@
  * Kubernetes publishing uses for the Secret's proxies.json and the
  * EndpointSlice.
  */
-import { isUnanswered } from "../provider/common/egress-recheck";
+import { isPathUnknown, isUnanswered } from "../provider/common/egress-recheck";
 import type { IpFamily } from "../provider/common/ip-families";
 
 /** What was checked about one proxy when it was created. */
@@ -28,7 +28,8 @@ const SERVING_STATES = new Set(["running", "reachable"]);
  * not (false: Kubernetes sends it no traffic), whatever was checked at create;
  * nor is one that did not answer its last egress re-check (an `egressProblem`
  * of kind "unanswered"; one that answered without an address is reported,
- * not withdrawn: an echo service down would fail every proxy alike); otherwise
+ * not withdrawn: an echo service down would fail every proxy alike); one
+ * silent here whose guest listens ("path-unknown") is unknown (null); otherwise
  * what readiness checked then (true), or nothing checked (null).
  * `state` is absent in state written before it was reported: judged as before.
  */
@@ -42,6 +43,8 @@ export function publishedReadiness(
 ): boolean | null {
   if (typeof state === "string" && !SERVING_STATES.has(state)) return false;
   if (isUnanswered(egressProblem, family)) return false;
+  // Silent from the runner, listening in the guest: nobody knows; Kubernetes reads "unknown" as ready.
+  if (isPathUnknown(egressProblem)) return null;
   return checkedAt && readinessChecksTheProxy ? true : null;
 }
 

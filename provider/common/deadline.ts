@@ -34,6 +34,11 @@ export class Deadline {
     return Math.max(1, Math.min(capMs, this.remainingMs()));
   }
 
+  /** A deadline `reserveMs` earlier (never before now): the time after it is kept for a last step. */
+  leaving(reserveMs: number): Deadline {
+    return new Deadline(Math.max(0, this.remainingMs() - reserveMs), this.setting);
+  }
+
   /** Throws the timeout error when the deadline has passed. */
   check(what: string): void {
     if (this.expired()) throw this.timeoutError(what);

@@ -26,7 +26,7 @@ import {
   type BudgetedMember,
   type Step,
 } from "./disruption-budget";
-import { EGRESS_PROBLEM_KEY, isUnanswered } from "./egress-recheck";
+import { EGRESS_PROBLEM_KEY, isSilentFromHere, isUnanswered } from "./egress-recheck";
 import { logToEngine } from "./engine-log";
 import { isIncompleteCreate } from "./partial-create";
 
@@ -263,7 +263,7 @@ function readNotingRechecks<R extends { props?: Props }>(
     const found = result.props ?? {};
     const budgeted = budgetedMember(found);
     if (budgeted !== undefined && found.egressRecheck === true && found.state === "running")
-      disruptionLedger.noteRecheck(budgeted, isUnanswered(found[EGRESS_PROBLEM_KEY]));
+      disruptionLedger.noteRecheck(budgeted, isSilentFromHere(found[EGRESS_PROBLEM_KEY]));
     return result;
   };
 }

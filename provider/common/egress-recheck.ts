@@ -24,6 +24,9 @@
  *   family that fails is named in `egressProblem.families`, and the pool
  *   keeps publishing the member ready on the family that works.
  *
+ * Read's step, and the question put to the guest before "no answer" is
+ * acted on: recheck-on-read.ts.
+ *
  * An exit address shared with another member is not a resource's finding:
  * only the pool sees every member (components/pool.ts decides that).
  */
@@ -31,7 +34,7 @@ import { isIP } from "node:net";
 import type { Deadline } from "./deadline";
 import { sleepWithin } from "./deadline";
 import type { DiffDecision } from "./diff";
-import { egressAddressIn, egressCheckSchema } from "./egress";
+import { egressAddressIn } from "./egress";
 import { PermanentError } from "./errors";
 import { inIpv6Prefix } from "./egress-samples";
 import type { IpFamily } from "./ip-families";
@@ -55,8 +58,11 @@ export interface EgressProblem {
    * connection dropped): restarted, then replaced. "egress": it answered, but
    * not with an address (squid's error page, refused credentials): reported
    * only, since the echo service being down would fail every proxy alike.
+   * "path-unknown": no answer here, but the guest, asked through the
+   * hypervisor, has the proxy's port listening: the path from this runner is
+   * the likelier fault; reported, never restarted (common/guest-view.ts).
    */
-  kind: "unanswered" | "egress";
+  kind: "unanswered" | "egress" | "path-unknown";
   /** The proxy's last answer (or why there was none), without credentials. */
   reason: string;
   /** When a refresh first found it, ISO 8601 (kept while the problem lasts). */
@@ -100,7 +106,7 @@ export function egressProblemOf(props: Props): EgressProblem | undefined {
     ? families.filter((family): family is IpFamily => family === "ipv4" || family === "ipv6")
     : [];
   return {
-    kind: kind === "egress" ? "egress" : "unanswered",
+    kind: kind === "egress" || kind === "path-unknown" ? kind : "unanswered",
     reason,
     since,
     ...(typeof restartedAt === "string" ? { restartedAt } : {}),
@@ -269,7 +275,7 @@ function findingOf(
   };
 }
 
-const now = (): string => new Date().toISOString();
+export const now = (): string => new Date().toISOString();
 
 /**
  * Whether the next `up` restarts the VM for its egress: the re-check is on,
@@ -299,6 +305,16 @@ export function isUnanswered(problem: unknown, family?: IpFamily): boolean {
   const found = egressProblemOf({ [EGRESS_PROBLEM_KEY]: problem });
   if (found?.kind !== "unanswered") return false;
   return family === undefined || found.families === undefined || found.families.includes(family);
+}
+
+/** Whether the last re-check found the proxy silent from here while its guest listens (not restarted). */
+export function isPathUnknown(problem: unknown): boolean {
+  return egressProblemOf({ [EGRESS_PROBLEM_KEY]: problem })?.kind === "path-unknown";
+}
+
+/** Whether the last re-check got no answer from here at all, whatever the guest said. */
+export function isSilentFromHere(problem: unknown): boolean {
+  return isUnanswered(problem) || isPathUnknown(problem);
 }
 
 /** The table's decision, plus the in-place restart the rule asks for. */
@@ -364,65 +380,4 @@ export class EgressHealFailedError extends Error {
       ...(typeof request.__provider === "string" ? { __provider: request.__provider } : {}),
     };
   }
-}
-
-/** The inputs the re-check reads (the same on every backend). */
-export interface RecheckInputs {
-  egressRecheck?: boolean | undefined;
-  egressCheck?: RecheckCheck | undefined;
-  readiness: { mode: string; port: number };
-}
-
-/**
- * Read's step: re-check a proxy found serving at `address` when the input
- * asks for it, and say which outputs that sets. Without a re-check (off, a
- * VM not running, readiness "none") no problem is recorded: `running` and
- * `state` report a VM that is not running, and the proxy is re-checked when
- * it runs again. Readiness "none" checks nothing, and "address" only the
- * egress check when there is one.
- */
-export async function recheckOnRead(
-  inputs: RecheckInputs,
-  /** `ipv6`: a proxy that takes IPv6, its IPv6 address as read now (null: none reported). */
-  found: { serving: boolean; address: string | null; ipv6?: string | null },
-  previous: Props,
-  deadline: Deadline,
-): Promise<{ finding: RecheckFinding | undefined; outputs: Props }> {
-  // What create checked is what refresh re-checks: readiness "address" waits for no port.
-  const checked =
-    inputs.readiness.mode === "port" ||
-    (inputs.readiness.mode === "address" && inputs.egressCheck !== undefined);
-  if (inputs.egressRecheck !== true || !checked || !found.serving || found.address === null)
-    return { finding: undefined, outputs: { [EGRESS_PROBLEM_KEY]: null } };
-  // Readiness "address" checked the IPv6 side only through ipv6Url: without it, nothing to re-check there.
-  const ipv6Checked =
-    found.ipv6 !== undefined &&
-    (inputs.readiness.mode === "port" || inputs.egressCheck?.ipv6Url !== undefined);
-  const finding = await recheckEgress(
-    { host: found.address, port: inputs.readiness.port },
-    inputs.egressCheck,
-    previous,
-    deadline,
-    ipv6Checked ? { address: found.ipv6 ?? null } : undefined,
-  );
-  return { finding, outputs: { ...finding } };
-}
-
-/**
- * The re-check's inputs from stored props, leniently (read must work on
- * state written by older versions): what does not parse is left out.
- */
-export function recheckInputsOf(
-  props: Props,
-  port: number,
-): RecheckInputs & { rotateAfterDays?: number } {
-  const check = egressCheckSchema.safeParse(props.egressCheck);
-  const mode = (props.readiness as { mode?: unknown } | undefined)?.mode;
-  const days = props.rotateAfterDays;
-  return {
-    egressRecheck: props.egressRecheck === true,
-    ...(check.success && check.data !== undefined ? { egressCheck: check.data } : {}),
-    readiness: { mode: typeof mode === "string" ? mode : "port", port },
-    ...(typeof days === "number" && days > 0 ? { rotateAfterDays: days } : {}),
-  };
 }

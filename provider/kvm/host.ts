@@ -274,6 +274,31 @@ export class LibvirtHost extends HostStorage {
     }));
   }
 
+  /**
+   * One qemu-guest-agent command through libvirt's passthrough, its `return`
+   * value. The agent gets at most `timeoutSeconds` to answer (libvirt waits
+   * that long, then fails the call); an error the agent itself answers is
+   * permanent for this command.
+   */
+  async agentCommand(
+    dom: DomainHandle,
+    execute: string,
+    args: Record<string, unknown>,
+    timeoutSeconds: number,
+  ): Promise<unknown> {
+    const result = await this.rpc(
+      Procedures.qemuDomainAgentCommand,
+      { dom, cmd: JSON.stringify({ execute, arguments: args }), timeout: timeoutSeconds, flags: 0 },
+      `domain ${dom.name}`,
+    );
+    const answer = JSON.parse(result ?? "{}") as { return?: unknown; error?: { desc?: unknown } };
+    if (answer.error !== undefined || !("return" in answer))
+      throw new PermanentError(
+        `guest agent ${execute} in domain ${dom.name} on ${this.label}: ${String(answer.error?.desc ?? "no answer")}`,
+      );
+    return answer.return;
+  }
+
   async listDomains(): Promise<DomainHandle[]> {
     const { domains } = await this.rpc(
       Procedures.connectListAllDomains,

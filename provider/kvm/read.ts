@@ -6,12 +6,14 @@ import { ADOPTED_KEY } from "../common/diff";
 import { PermanentError } from "../common/errors";
 import { deadlineFor, inputsOnly, outputsOnly, stepsWithin } from "../common/lifecycle";
 import { isIncompleteCreate } from "../common/partial-create";
-import { recheckOnRead, rotationDue } from "../common/egress-recheck";
+import { rotationDue } from "../common/egress-recheck";
+import { recheckOnRead } from "../common/recheck-on-read";
 import { isGoneForGood } from "../common/gone-hosts";
 import { replacementReason, withReplacementReason } from "../common/replacement";
 import type { DomainHandle } from "../libvirt-rpc-xdr";
 import { familiesOf, proxyEndpoint } from "../common/ip-families";
 import { refreshedAddresses } from "./addresses";
+import { guestViewOfDomain } from "./guest-files";
 import { openHost, type HostSession } from "./connect";
 import { domainGoneReason, missingVolumes, missingVolumesReason, perVmVolumesLeft } from "./damage";
 import { parseDomainXml, type DomainDescription } from "./domain-xml";
@@ -90,6 +92,10 @@ async function readWithin(
     { serving: state === "running", address: ip, ...(families.ipv6 ? { ipv6 } : {}) },
     props,
     deadline,
+    {
+      name: description.name,
+      view: (port, within) => guestViewOfDomain(session.host, handle, port, within),
+    },
   );
   const rotation = rotationDue(target, mark.createdAt, recheck.finding);
   const observed: Props = {

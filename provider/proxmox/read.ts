@@ -5,7 +5,8 @@ import { PermanentError } from "../common/errors";
 import { ownershipOf, OwnerIdentity, OwnershipMark } from "../common/mark";
 import { deadlineFor } from "../common/lifecycle";
 import { isIncompleteCreate } from "../common/partial-create";
-import { recheckInputsOf, recheckOnRead, rotationDue } from "../common/egress-recheck";
+import { rotationDue } from "../common/egress-recheck";
+import { recheckInputsOf, recheckOnRead } from "../common/recheck-on-read";
 import { isGoneForGood } from "../common/gone-hosts";
 import { replacementReason, withReplacementReason } from "../common/replacement";
 import { ProxmoxClient } from "./client";
@@ -19,7 +20,7 @@ import {
   proxyEndpoint,
   type Ipv6Settings,
 } from "../common/ip-families";
-import { agentAddresses, getConfig, getStatus, VmRef, VmStatus } from "./vm";
+import { agentAddresses, getConfig, getStatus, guestViewOfVm, VmRef, VmStatus } from "./vm";
 import { observedInputs } from "./observed";
 import { adoptedCreation } from "./adoption";
 import {
@@ -86,6 +87,10 @@ export async function read(
     { serving, address: ip, ...(families.ipv6 ? { ipv6 } : {}) },
     props,
     deadline,
+    {
+      name: String(config.name ?? `VM ${ref.vmid}`),
+      view: (guestPort, within) => guestViewOfVm(client, ref, guestPort, within),
+    },
   );
   const rotation = rotationDue(recheckInputs, mark.createdAt, recheck.finding);
   // Adopting: what the host cannot report comes from the mark (adoption.ts), when it says.

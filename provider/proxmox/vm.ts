@@ -1,5 +1,6 @@
 import { Deadline, shutdownGraceMs, sleepWithin } from "../common/deadline";
 import { EgressProxyError, isNotFound, isTransient } from "../common/errors";
+import { GUEST_SOCKET_TABLES, guestViewOf, type GuestView } from "../common/guest-view";
 import { pickIpv6, type Ipv6Settings } from "../common/ip-families";
 import { FormFields, ProxmoxClient, segment } from "./client";
 import { StartedTask, waitForStarted, waitForTask } from "./tasks";
@@ -36,6 +37,8 @@ export interface VmStatus {
 }
 
 const CALL_MS = 30_000;
+/** One agent file read: PVE waits for the agent up to its own timeout; a guest this slow is not answering. */
+const AGENT_READ_MS = 8_000;
 
 export async function listVms(
   client: ProxmoxClient,
@@ -309,6 +312,38 @@ export async function agentAddresses(
     ...(address === undefined ? {} : { ipv4: address["ip-address"] }),
     ...(ipv6 === undefined ? {} : { ipv6 }),
   };
+}
+
+/** A file in the guest, through its agent (`agent/file-read`: VM.GuestAgent.FileRead on PVE 9, VM.Monitor on 8). */
+export async function agentFileRead(
+  client: ProxmoxClient,
+  ref: VmRef,
+  file: string,
+  timeoutMs: number,
+): Promise<string> {
+  const reply = await client.get<{ content?: unknown }>(
+    `${vmPath(ref)}/agent/file-read`,
+    { file },
+    { timeoutMs },
+  );
+  if (typeof reply?.content !== "string")
+    throw new Error(`agent/file-read of ${file} in VM ${ref.vmid} answered no content`);
+  return reply.content;
+}
+
+/** Whether the guest listens on `port`, from its socket tables; "unknown" when its agent cannot tell. */
+export async function guestViewOfVm(
+  client: ProxmoxClient,
+  ref: VmRef,
+  port: number,
+  deadline: Deadline,
+): Promise<GuestView> {
+  const tables = await Promise.all(
+    GUEST_SOCKET_TABLES.map((table) =>
+      agentFileRead(client, ref, table, deadline.capped(AGENT_READ_MS)).catch(() => undefined),
+    ),
+  );
+  return guestViewOf(tables, port);
 }
 
 /**

@@ -127,6 +127,12 @@ describe("engine: egress re-checked on refresh, healed by up (ProxmoxProxy, simu
     const refreshed = await server.read(captured.urn, stored.id, stored.outputs, stored.inputs);
     const problem = refreshed.properties.egressProblem as Record<string, string>;
     assert.match(problem.reason, /127\.0\.0\.2/);
+    // Corroborated: the guest's agent (agent/file-read of /proc/net/tcp) sees nothing on the port either.
+    assert.equal(problem.kind, "unanswered");
+    assert.match(
+      problem.reason,
+      new RegExp(`the guest agent reports nothing listening on port ${proxy.port}$`),
+    );
     assert.equal(refreshed.properties.state, "running");
     assert.equal(refreshed.properties.egressIp, "127.0.0.3", "the last known address stays");
     const { checked, diff } = await planAfter(stored, refreshed);
@@ -161,6 +167,45 @@ describe("engine: egress re-checked on refresh, healed by up (ProxmoxProxy, simu
     const rounds = await refreshThenPlan(server, captured.urn, after, captured.inputs);
     assert.deepEqual(planSummary(rounds), ["none", "none", "none"]);
     await server.delete(captured.urn, stored.id, healed);
+  });
+
+  it("silent from here while the guest listens (its agent's socket tables): path unknown, not restarted; a restart once the guest's port is closed too", async () => {
+    const stored = await createProxy();
+    const vmid = vmidOf(stored);
+    const port = proxy.port;
+    await silence();
+    sim.guestListens = (id) => (id === vmid ? [22, port] : [22]);
+    try {
+      const refreshed = await server.read(captured.urn, stored.id, stored.outputs, stored.inputs);
+      const problem = refreshed.properties.egressProblem as Record<string, string>;
+      assert.equal(problem.kind, "path-unknown");
+      assert.match(problem.reason, new RegExp(`the guest agent reports port ${port} listening$`));
+      assert.ok(
+        sim.requestLog.includes(`GET /api2/json/nodes/pve/qemu/${vmid}/agent/file-read`),
+        "asked the guest",
+      );
+      // Nothing to do in place, and again on the next refresh (the time it was first seen is kept).
+      const { checked, diff } = await planAfter(stored, refreshed);
+      assert.equal(diff.changes, "none", "a restart cannot mend a path");
+      const again = await server.read(
+        captured.urn,
+        stored.id,
+        refreshed.properties,
+        checked.inputs,
+      );
+      assert.equal((again.properties.egressProblem as Record<string, string>).since, problem.since);
+      assert.equal((await planAfter(stored, again)).diff.changes, "none");
+
+      // The guest's port closes as well: now it is dead, and the next up restarts it.
+      sim.guestListens = () => [22];
+      const dead = await server.read(captured.urn, stored.id, again.properties, checked.inputs);
+      assert.equal((dead.properties.egressProblem as Record<string, string>).kind, "unanswered");
+      assert.deepEqual((await planAfter(stored, dead)).diff.changes, "some");
+    } finally {
+      sim.guestListens = () => [22];
+      await proxyAgain("127.0.0.3");
+    }
+    await server.delete(captured.urn, stored.id, stored.outputs);
   });
 
   it("still silent after the restart: recorded, then the next refresh + up replaces it, new VM first", async () => {

@@ -65,6 +65,12 @@ export interface SimulatorOptions {
   guestIpv6?: (vmid: number) => string | null;
   /** A docker0-like interface reported before the real NIC (MAC matching must skip it). */
   agentReportsDockerFirst?: boolean;
+  /**
+   * The TCP ports the guest listens on, as its /proc/net/tcp and tcp6 say
+   * through `agent/file-read` (default: sshd's 22 only; the simulator's
+   * guests run no proxy of their own).
+   */
+  guestListens?: (vmid: number) => number[];
   /** Each clone holds the disk storage's lock this long while allocating its volume. */
   storageLockHoldMs?: number;
   /** A clone waiting longer than this for the storage lock fails with "got timeout". */
@@ -140,9 +146,14 @@ const DNS_NAME =
 export class PveSimulator {
   readonly node: string;
   readonly options: Required<
-    Omit<SimulatorOptions, "failTask" | "guestAddress" | "guestIpv6" | "tokens" | "taskMs" | "node">
+    Omit<
+      SimulatorOptions,
+      "failTask" | "guestAddress" | "guestIpv6" | "tokens" | "taskMs" | "node" | "guestListens"
+    >
   > &
     Pick<SimulatorOptions, "failTask" | "guestAddress" | "guestIpv6" | "taskMs">;
+  /** The guests' listening ports (SimulatorOptions.guestListens); a test may change them as it goes. */
+  guestListens: (vmid: number) => number[];
   readonly vms = new Map<number, SimVm>();
   readonly storages = new Map<string, SimStorage>();
   readonly tasks = new Map<string, SimTask>();
@@ -179,6 +190,7 @@ export class PveSimulator {
       guestIpv6: options.guestIpv6,
       taskMs: options.taskMs,
     };
+    this.guestListens = options.guestListens ?? (() => [22]);
     this.nextPid = this.options.firstPid;
     for (const token of options.tokens ?? [defaultToken()]) this.tokens.set(token.id, token);
     this.addStorage({ id: "local-lvm", type: "lvmthin", content: ["images", "rootdir"] });
@@ -452,6 +464,8 @@ export class PveSimulator {
         return this.powerTask(caller, vmid, "qmresume", (vm) => (vm.paused = false));
       case "GET /nodes/*/qemu/*/agent/network-get-interfaces":
         return this.agentInterfaces(caller, vmid);
+      case "GET /nodes/*/qemu/*/agent/file-read":
+        return this.agentFileRead(caller, vmid, query.file);
       case "DELETE /nodes/*/qemu/*":
         return this.destroy(caller, vmid);
       case "DELETE /nodes/*/storage/*/content/*":
@@ -890,25 +904,71 @@ export class PveSimulator {
     });
   }
 
-  /** Flow step 7 (F5 errors by state, F21 reply shape). */
-  private agentInterfaces(caller: Caller, vmid: number): unknown {
+  /** The F5 errors by state of an agent command, once the privilege is checked. */
+  private agentReady(caller: Caller, vmid: number, privilege: string, command: string): SimVm {
     const vm = this.requireVm(vmid);
-    this.require(
-      caller,
-      `/vms/${vmid}`,
-      this.options.pveMajor === 9 ? "VM.GuestAgent.Audit" : "VM.Monitor",
-    );
+    this.require(caller, `/vms/${vmid}`, privilege);
     if (vm.status !== "running") throw new ApiError(500, `VM ${vmid} is not running`);
     if (vm.config.agent === undefined || /^(0|enabled=0)/.test(vm.config.agent))
       throw new ApiError(500, "No QEMU guest agent configured");
     const channel = this.options.pveMajor === 9 ? "qga" : "qmp";
     if (vm.paused)
-      throw new ApiError(
-        500,
-        `VM ${vmid} ${channel} command 'guest-network-get-interfaces' failed - got timeout`,
-      );
+      throw new ApiError(500, `VM ${vmid} ${channel} command '${command}' failed - got timeout`);
     if (this.options.agentNeverUp || Date.now() < (vm.startedAt ?? 0) + this.options.agentDelayMs)
       throw new ApiError(500, "QEMU guest agent is not running");
+    return vm;
+  }
+
+  /**
+   * `agent/file-read` (qemu-server's API2/Qemu/Agent.pm): VM.GuestAgent.FileRead
+   * on PVE 9 (VM.Monitor on 8), the agent's F5 errors, the file's text as
+   * `content` with `bytes-read`. Only the socket tables are modelled: the
+   * guest's listening ports (`guestListens`).
+   */
+  private agentFileRead(caller: Caller, vmid: number, file: string | undefined): unknown {
+    this.agentReady(
+      caller,
+      vmid,
+      this.options.pveMajor === 9 ? "VM.GuestAgent.FileRead" : "VM.Monitor",
+      "guest-file-open",
+    );
+    if (file === undefined)
+      throw new ApiError(
+        400,
+        "Parameter verification failed.\nfile: property is missing and it is not optional",
+      );
+    const ports = this.guestListens(vmid);
+    const row = (index: number, local: string) =>
+      `  ${index}: ${local} ${"0".repeat(local.length - 5)}:0000 0A 00000000:00000000 00:00000000 00000000     0        0 ${1000 + index} 1 0000000000000000 100 0 0 10 0`;
+    const hexPort = (port: number) => port.toString(16).toUpperCase().padStart(4, "0");
+    const tables: Record<string, string> = {
+      "/proc/net/tcp": [
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode",
+        ...ports.map((port, index) => row(index, `00000000:${hexPort(port)}`)),
+      ].join("\n"),
+      "/proc/net/tcp6": [
+        "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode",
+        ...ports.map((port, index) => row(index, `${"0".repeat(32)}:${hexPort(port)}`)),
+      ].join("\n"),
+    };
+    const content = tables[file];
+    if (content === undefined)
+      throw new ApiError(
+        500,
+        `can't open file - failed to open file '${file}': No such file or directory`,
+      );
+    return { content: `${content}\n`, "bytes-read": Buffer.byteLength(`${content}\n`) };
+  }
+
+  /** Flow step 7 (F5 errors by state, F21 reply shape). */
+  private agentInterfaces(caller: Caller, vmid: number): unknown {
+    this.agentReady(
+      caller,
+      vmid,
+      this.options.pveMajor === 9 ? "VM.GuestAgent.Audit" : "VM.Monitor",
+      "guest-network-get-interfaces",
+    );
+    const vm = this.requireVm(vmid);
     const mac = (
       /=([0-9A-Fa-f:]{17})/.exec(vm.config.net0 ?? "")?.[1] ?? "bc:24:11:00:00:00"
     ).toLowerCase();

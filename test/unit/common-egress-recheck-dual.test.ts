@@ -9,8 +9,8 @@ import {
   isUnanswered,
   needsEgressRestart,
   recheckEgress,
-  recheckOnRead,
 } from "../../provider/common/egress-recheck";
+import { recheckOnRead } from "../../provider/common/recheck-on-read";
 import { publishedReadiness } from "../../components/published-checks";
 import { endpointChecks, type ProxyDetails } from "../../components/proxy-details";
 import {

@@ -4,10 +4,10 @@ import {
   EgressHealFailedError,
   needsEgressRestart,
   recheckEgress,
-  recheckOnRead,
   rotationDue,
   withEgressHeal,
 } from "../../provider/common/egress-recheck";
+import { recheckOnRead } from "../../provider/common/recheck-on-read";
 import { publishedReadiness } from "../../components/published-checks";
 import { membersToRotate, rotateChange, groupByEgress } from "../../components/egress-diversity";
 import {
@@ -111,6 +111,77 @@ describe("egress re-check on refresh (common/egress-recheck.ts)", function () {
     assert.doesNotMatch(finding.egressProblem!.reason, /wrong/);
   });
 
+  it("no answer here is put to the guest: listening there is path-unknown (its own time, no restart mark), nothing there confirms it, no agent leaves it", async () => {
+    const closed = await startForwardProxy({ host: "127.0.0.2" });
+    const port = closed.port;
+    await closed.close();
+    const inputs = { egressRecheck: true, readiness: { mode: "port", port } };
+    const found = { serving: true, address: "127.0.0.2" };
+    const previous = {
+      egressProblem: {
+        ...{ kind: "unanswered", reason: "x", since: "2026-12-01T00:00:00.000Z" },
+        restartedAt: "2026-12-01T00:01:00Z",
+      },
+    };
+    const asked: number[] = [];
+    const guest = (view: "listening" | "not-listening" | "unknown" | Error) => ({
+      name: "vm-1",
+      view: async (guestPort: number) => {
+        asked.push(guestPort);
+        if (view instanceof Error) throw view;
+        return view;
+      },
+    });
+    const [listening, dead, unknown, failing] = await Promise.all([
+      recheckOnRead(inputs, found, previous, within(), guest("listening")),
+      recheckOnRead(inputs, found, previous, within(), guest("not-listening")),
+      recheckOnRead(inputs, found, previous, within(), guest("unknown")),
+      recheckOnRead(inputs, found, previous, within(), guest(new Error("agent gone"))),
+    ]);
+    assert.deepEqual(asked, [port, port, port, port]);
+    const pathUnknown = listening.finding!.egressProblem!;
+    assert.equal(pathUnknown.kind, "path-unknown");
+    assert.match(pathUnknown.reason, new RegExp(`the guest agent reports port ${port} listening$`));
+    assert.notEqual(
+      pathUnknown.since,
+      previous.egressProblem.since,
+      "a new kind starts its own time",
+    );
+    assert.equal(pathUnknown.restartedAt, undefined);
+    assert.equal(
+      needsEgressRestart({ state: "running", ...listening.outputs }, { egressRecheck: true }),
+      false,
+    );
+    // Seen again: the time it was first seen is kept, so a second refresh changes nothing.
+    const again = await recheckOnRead(
+      inputs,
+      found,
+      listening.outputs,
+      within(),
+      guest("listening"),
+    );
+    assert.equal(again.finding!.egressProblem!.since, pathUnknown.since);
+    assert.equal(dead.finding!.egressProblem!.kind, "unanswered");
+    assert.match(
+      dead.finding!.egressProblem!.reason,
+      /the guest agent reports nothing listening on port \d+$/,
+    );
+    for (const left of [unknown, failing]) {
+      assert.equal(left.finding!.egressProblem!.kind, "unanswered");
+      assert.doesNotMatch(left.finding!.egressProblem!.reason, /guest agent/);
+    }
+    // A proxy that answers is never put to the guest.
+    asked.length = 0;
+    await recheckOnRead(
+      { egressRecheck: true, readiness: { mode: "port", port: proxy.port } },
+      found,
+      {},
+      within(),
+      guest("not-listening"),
+    );
+    assert.deepEqual(asked, []);
+  });
+
   it("read re-checks only when asked, and only a proxy found serving", async () => {
     const inputs = {
       egressRecheck: true,
@@ -208,6 +279,14 @@ describe("the rule the next up follows (common/egress-recheck.ts)", () => {
       "answered: still serving as far as anyone can tell",
     );
     assert.equal(publishedReadiness("running", "2026-12-02T00:00:00Z", true, null), true);
+    assert.equal(
+      publishedReadiness("running", "2026-12-02T00:00:00Z", true, {
+        ...problem,
+        kind: "path-unknown",
+      }),
+      null,
+      "silent from the runner, listening in the guest: nobody knows",
+    );
     assert.equal(publishedReadiness("reachable", "2026-12-02T00:00:00Z", true, undefined), true);
   });
 
