@@ -44,7 +44,7 @@ export function publishedReadiness(
   if (typeof state === "string" && !SERVING_STATES.has(state)) return false;
   if (isUnanswered(egressProblem, family)) return false;
   // Silent from the runner, listening in the guest: nobody knows; Kubernetes reads "unknown" as ready.
-  if (isPathUnknown(egressProblem)) return null;
+  if (isPathUnknown(egressProblem, family)) return null;
   return checkedAt && readinessChecksTheProxy ? true : null;
 }
 

@@ -210,9 +210,10 @@ async function waitForPlace(budgeted: BudgetedMember, props: Props): Promise<voi
 function inService(props: Props): boolean {
   if (isIncompleteCreate(props)) return false;
   const state = props.state;
-  return (
-    (typeof state !== "string" || state === "running") && !isUnanswered(props[EGRESS_PROBLEM_KEY])
-  );
+  // Silent on one family of two still serves the other: drained (when unsure, draining is the safe side).
+  const problem = props[EGRESS_PROBLEM_KEY];
+  const silentEverywhere = isUnanswered(problem, "ipv4") && isUnanswered(problem, "ipv6");
+  return (typeof state !== "string" || state === "running") && !silentEverywhere;
 }
 
 /**

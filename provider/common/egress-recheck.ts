@@ -307,9 +307,14 @@ export function isUnanswered(problem: unknown, family?: IpFamily): boolean {
   return family === undefined || found.families === undefined || found.families.includes(family);
 }
 
-/** Whether the last re-check found the proxy silent from here while its guest listens (not restarted). */
-export function isPathUnknown(problem: unknown): boolean {
-  return egressProblemOf({ [EGRESS_PROBLEM_KEY]: problem })?.kind === "path-unknown";
+/**
+ * Whether the last re-check found the proxy silent from here while its guest
+ * listens (not restarted); with `family`, whether that was on that family.
+ */
+export function isPathUnknown(problem: unknown, family?: IpFamily): boolean {
+  const found = egressProblemOf({ [EGRESS_PROBLEM_KEY]: problem });
+  if (found?.kind !== "path-unknown") return false;
+  return family === undefined || found.families === undefined || found.families.includes(family);
 }
 
 /** Whether the last re-check got no answer from here at all, whatever the guest said. */

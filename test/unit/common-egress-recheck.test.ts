@@ -287,6 +287,9 @@ describe("the rule the next up follows (common/egress-recheck.ts)", () => {
       null,
       "silent from the runner, listening in the guest: nobody knows",
     );
+    const onIpv6 = { ...problem, kind: "path-unknown", families: ["ipv6"] };
+    assert.equal(publishedReadiness("running", "2026-12-02T00:00:00Z", true, onIpv6, "ipv6"), null);
+    assert.equal(publishedReadiness("running", "2026-12-02T00:00:00Z", true, onIpv6, "ipv4"), true);
     assert.equal(publishedReadiness("reachable", "2026-12-02T00:00:00Z", true, undefined), true);
   });
 
