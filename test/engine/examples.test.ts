@@ -40,12 +40,13 @@ describe("examples compile against the packed package", function () {
   });
   after(() => project?.remove());
 
-  it("lists the five examples the issue asks for, adoption's and static proxies'", () => {
+  it("lists the five examples the issue asks for, adoption's, static proxies' and the operator's", () => {
     assert.deepEqual(examples.sort(), [
       "adopt",
       "consumer-stack",
       "kvm-two-hosts",
       "mixed-kubernetes",
+      "operator-stack",
       "proxmox",
       "stack-reference",
       "static-proxies",

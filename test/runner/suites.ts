@@ -118,6 +118,7 @@ const QUICK_SECONDS: Record<string, number> = {
   "engine/examples.test.js": 1.5,
   "engine/frozen-api.test.js": 3.5,
   "engine/kubernetes-optional.test.js": 4.3,
+  "engine/operator-stack.test.js": 3.5,
   "engine/preview-unknowns.test.js": 12.2,
   "engine/proxmox-heal.test.js": 38, // mostly waiting out readiness and delete budgets
   "engine/proxmox.test.js": 15.2,
