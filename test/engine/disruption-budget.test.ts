@@ -1,6 +1,6 @@
 /**
  * The disruption budget through the real dynamic-provider gRPC server:
- * three ProxmoxProxy members of one pool (disruptionBudget maxUnavailable 1,
+ * four ProxmoxProxy members of one pool (disruptionBudget maxUnavailable 1,
  * as EgressProxyPool sets it) on the simulator, each `pulumi up` a fresh
  * server process as the engine starts one per deployment, asked in
  * registration order. Silent members that an earlier refresh found are
@@ -11,6 +11,7 @@
  * while another member's replacement holds the place.
  */
 import assert from "node:assert/strict";
+import { tryTcpConnect } from "../../provider/common/readiness";
 import type { PveSimulator } from "../pve-sim/simulator";
 import {
   startEchoServer,
@@ -31,8 +32,35 @@ import { planSummary, type StoredResource } from "./resync";
 const AUTH = { user: "crawler", password: "engine budget secret" };
 /** Each member's drain: long enough to see, short enough for a quick suite. */
 const DRAIN_SECONDS = 1;
-const MEMBERS = ["crawl-pve-0", "crawl-pve-1", "crawl-pve-2"];
+const MEMBERS = ["crawl-pve-0", "crawl-pve-1", "crawl-pve-2", "crawl-pve-3"];
+const INDEXES = MEMBERS.map((_, index) => index);
+const NOTHING_PLANNED = MEMBERS.map(() => "none");
 const WARNING = 2;
+
+/** Samples availability every second (and once at once) until stopped. */
+class AvailabilitySampler {
+  private readonly samples: Array<{ published: number; answering: number }> = [];
+  private stopped = false;
+  private readonly loop: Promise<void>;
+
+  constructor(private readonly sample: () => Promise<{ published: number; answering: number }>) {
+    this.loop = (async () => {
+      while (!this.stopped) {
+        const started = Date.now();
+        this.samples.push(await this.sample());
+        await new Promise((resolve) =>
+          setTimeout(resolve, Math.max(0, 1000 - (Date.now() - started))),
+        );
+      }
+    })();
+  }
+
+  async stop(): Promise<Array<{ published: number; answering: number }>> {
+    this.stopped = true;
+    await this.loop;
+    return this.samples;
+  }
+}
 
 describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one server per deployment)", function () {
   this.timeout(180_000);
@@ -148,7 +176,7 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
       }),
     );
     const programs = captured.map((member) => member.inputs);
-    for (const [round, restarted] of [0, 1, 2].entries()) {
+    for (const [round, restarted] of INDEXES.entries()) {
       const { server, engine } = await deployment();
       const plans = await planAll(server, stored, programs);
       // Only members still asking are planned; the first of them gets the one place.
@@ -194,7 +222,7 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
       };
     }
     const { server } = await deployment();
-    assert.deepEqual(summaries(await planAll(server, stored, programs)), ["none", "none", "none"]);
+    assert.deepEqual(summaries(await planAll(server, stored, programs)), NOTHING_PLANNED);
     await removeAll(stored);
   });
 
@@ -219,8 +247,8 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
     }
     await proxy.close();
     const dark = await upWithRefresh();
-    assert.deepEqual(summaries(dark.plans), ["none", "none", "none"]);
-    await logged(dark.engine, () => warnings(dark.engine).length >= 3);
+    assert.deepEqual(summaries(dark.plans), NOTHING_PLANNED);
+    await logged(dark.engine, () => warnings(dark.engine).length >= MEMBERS.length);
     assert.deepEqual(
       warnings(dark.engine).map((line) => line.split(":")[0]),
       MEMBERS,
@@ -228,7 +256,9 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
     for (const line of warnings(dark.engine))
       assert.match(
         line,
-        /not restarted: 3 of the 3 members this refresh re-checked gave no answer: more likely this runner lost its path/,
+        new RegExp(
+          `not restarted: ${MEMBERS.length} of the ${MEMBERS.length} members this refresh re-checked gave no answer: more likely this runner lost its path`,
+        ),
       );
     // The path is back: the next resync finds every member answering and has nothing to do.
     proxy = await startForwardProxy({
@@ -238,16 +268,29 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
       port: proxy.port,
     });
     const back = await upWithRefresh();
-    assert.deepEqual(summaries(back.plans), ["none", "none", "none"]);
+    assert.deepEqual(summaries(back.plans), NOTHING_PLANNED);
     for (const member of stored) assert.equal(member.outputs.egressProblem, null);
     await removeAll(stored);
   });
 
-  it("a new rotate text on every member rolls one per `up`, each new VM ready before its old one goes", async () => {
+  it("a new rotate text on every member rolls one per `up`, each new VM ready before its old one goes: sampled every second, never fewer than count - 1 published and answering", async () => {
     let stored = await createMembers((await deployment()).server);
     const programs = captured.map((member) => ({ ...member.inputs, rotation: "2026-12-05" }));
     const originalVmids = stored.map((member) => member.outputs.vmid);
-    for (const rotated of [0, 1, 2]) {
+    // What the pool publishes: the members' VMs as state holds them, updated when the engine updates the
+    // pool's dependents (after a replacement's create, before the replaced VM's delete).
+    let published = stored.map((member) => Number(member.outputs.vmid));
+    const sampler = new AvailabilitySampler(async () => {
+      const port = await tryTcpConnect("127.0.0.2", proxy.port, 900).then(
+        () => true,
+        () => false,
+      );
+      const answering = published.filter(
+        (vmid) => port && sim.vms.get(vmid)?.status === "running" && !sim.vms.get(vmid)?.paused,
+      );
+      return { published: published.length, answering: answering.length };
+    });
+    for (const rotated of INDEXES) {
       const { server } = await deployment();
       const plans = await planAll(server, stored, programs);
       assert.deepEqual(
@@ -260,7 +303,7 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
         `up ${rotated + 1}`,
       );
       // What state keeps for a deferred member: its old name and no rotation, so the next up asks again.
-      for (const index of [0, 1, 2].filter((other) => other > rotated)) {
+      for (const index of INDEXES.filter((other) => other > rotated)) {
         assert.equal(plans[index]!.checked.inputs.vmName, stored[index]!.inputs.vmName);
         assert.equal(plans[index]!.checked.inputs.rotation, undefined);
       }
@@ -270,6 +313,9 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
         sim.vms.has(Number(stored[rotated]!.outputs.vmid)),
         true,
         "old and new side by side",
+      );
+      published = published.map((vmid, index) =>
+        index === rotated ? Number(replacement.properties.vmid) : vmid,
       );
       await server.delete(member.urn, stored[rotated]!.id, stored[rotated]!.outputs);
       stored[rotated] = {
@@ -282,12 +328,23 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
         index > rotated ? { ...old, inputs: plans[index]!.checked.inputs } : old,
       );
     }
+    const samples = await sampler.stop();
+    console.log(
+      `      [budget] ${samples.length} samples over ${MEMBERS.length} ups: fewest published ` +
+        `${Math.min(...samples.map((sample) => sample.published))}, fewest answering ` +
+        `${Math.min(...samples.map((sample) => sample.answering))} (count ${MEMBERS.length}, maxUnavailable 1)`,
+    );
+    assert.ok(samples.length >= MEMBERS.length, `sampled throughout: ${samples.length}`);
+    for (const sample of samples) {
+      assert.equal(sample.published, MEMBERS.length, "the pool publishes count members");
+      assert.ok(sample.answering >= MEMBERS.length - 1, JSON.stringify(sample));
+    }
     assert.equal(
       new Set([...originalVmids, ...stored.map((member) => member.outputs.vmid)]).size,
-      6,
+      2 * MEMBERS.length,
     );
     const { server } = await deployment();
-    assert.deepEqual(summaries(await planAll(server, stored, programs)), ["none", "none", "none"]);
+    assert.deepEqual(summaries(await planAll(server, stored, programs)), NOTHING_PLANNED);
     await removeAll(stored);
   });
 
