@@ -56,7 +56,10 @@ case "${1:-}" in
   ;;
 --stop-early)
   pid=$(cat "$2.pid" 2>/dev/null || true)
-  if [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "build-image.sh"; then
+  # A build that already ended has no /proc entry: nothing to stop (and no error to show).
+  cmdline=""
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && cmdline=$(tr '\0' ' ' 2>&1 <"/proc/$pid/cmdline" || true)
+  if [[ "$cmdline" == *build-image.sh* ]]; then
     kill -TERM -- "-$pid" && echo "[build-image] stopped the early build (process group $pid)"
     for _ in $(seq 100); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
   fi
