@@ -11,10 +11,10 @@
  *   the direct port, the shared one behind NAT, and finds a paused VM and a
  *   stopped squid with exit status 1; promtool reads its Prometheus file;
  * - refresh with the egress re-check: quiet when nothing changed, a new NAT
- *   address accepted, a proxy this machine lost its path to (a prohibit
- *   route, taken back after) whose squid the guest agent sees listening is
- *   "path unknown" and not restarted, the stopped squid's VM (nothing
- *   listening, says the agent) restarted in place by update.
+ *   address accepted; this machine's path to both proxies cut (prohibit
+ *   routes, taken back after): the one whose squid the guest agent sees
+ *   listening is "path unknown" and not restarted, the stopped squid's VM
+ *   (nothing listening, says its agent) restarted in place by update.
  * Every guest, the echo process, its address and its NAT rule are removed
  * in `after`, also when a test fails.
  */
@@ -474,7 +474,7 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
     assert.match(String(report.proxies[1]!.error), /^http: .*ECONNREFUSED/);
   });
 
-  it("refresh re-checks egress: confirmed quietly, a new NAT address accepted, a lost path not restarted, the stopped squid restarted by up", async () => {
+  it("refresh re-checks egress: confirmed quietly, a new NAT address accepted; with this machine's path to both cut, the listening one not restarted and the dead one restarted by up", async () => {
     // The program with the pool's default: every refresh re-checks each running proxy.
     const refresh = (index: number, olds = created[index]!.outs) =>
       refreshWithRecheck(created[index]!.id, olds);
@@ -518,29 +518,34 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
       iptables("-A");
     }
 
-    // This machine loses its path to proxy 0 (a route that refuses, as a broken route or firewall would),
-    // while its squid still listens: the guest agent's socket tables say so, and nothing is restarted.
-    const cutRoute = (action: "add" | "del") =>
-      execFileSync("ip", ["route", action, "prohibit", `${ipOf(0)}/32`], { stdio: "inherit" });
-    // Should this process die before the finally: the lab's teardown (lab-down.sh --purge) takes it back.
-    appendFileSync(
-      `${lab.labDir}.undo`,
-      `if [ -n "$(ip route show type prohibit ${ipOf(0)}/32)" ]; then ip route del prohibit ${ipOf(0)}/32; fi\n`,
-    );
-    cutRoute("add");
+    // This machine loses its path to both proxies (routes that refuse, as a broken route or firewall
+    // would). Proxy 0's squid still listens: its guest agent's socket tables say so, and nothing is
+    // restarted. Proxy 1's squid was stopped by the test before: its agent finds nothing listening,
+    // so it is the one, and the only one, that `up` restarts (the same VM).
+    const cutRoutes = (action: "add" | "del") => {
+      for (const index of [0, 1])
+        execFileSync("ip", ["route", action, "prohibit", `${ipOf(index)}/32`], {
+          stdio: "inherit",
+        });
+    };
+    // Should this process die before the finally: the lab's teardown (lab-down.sh --purge) takes them back.
+    for (const index of [0, 1])
+      appendFileSync(
+        `${lab.labDir}.undo`,
+        `if [ -n "$(ip route show type prohibit ${ipOf(index)}/32)" ]; then ip route del prohibit ${ipOf(index)}/32; fi\n`,
+      );
+    cutRoutes("add");
+    let silent: Awaited<ReturnType<typeof refresh>>;
     try {
-      const cut = await refresh(0);
+      const [cut, dead] = await Promise.all([refresh(0), refresh(1)]);
       const problem = cut.props.egressProblem as { kind: string; reason: string };
       assert.equal(problem.kind, "path-unknown", problem.reason);
       assert.match(problem.reason, /the guest agent reports port 3128 listening$/);
       assert.equal(cut.changes, false, "a restart cannot mend a path");
+      silent = dead;
     } finally {
-      cutRoute("del");
+      cutRoutes("del");
     }
-
-    // Proxy 1's squid was stopped by the test before: drift on refresh (the guest agent finds nothing
-    // listening either), and `up` restarts the same VM.
-    const silent = await refresh(1);
     const silentProblem = silent.props.egressProblem as { kind: string; reason: string };
     assert.equal(silentProblem.kind, "unanswered");
     assert.match(
