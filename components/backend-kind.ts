@@ -50,7 +50,9 @@ export interface PoolMember {
   egressIp: pulumi.Output<string | null | undefined>;
   checkedAt: pulumi.Output<string | null | undefined>;
   /** What the last egress re-check found wrong; null or undefined when it passed or none ran. */
-  egressProblem: pulumi.Output<{ reason: string } | null | undefined>;
+  egressProblem: pulumi.Output<
+    { reason: string; kind: "unanswered" | "egress" | "path-unknown" } | null | undefined
+  >;
   /** When the VM was created (its mark); null for a proxy without a VM. */
   createdAt: pulumi.Output<string | null | undefined>;
   /** The resource's `state` output as the last create or refresh found it ("running", "stopped", …). */

@@ -29,6 +29,13 @@ export interface ProxyDetails {
   checkedAt: string | null;
   /** Why the last egress re-check failed; null when it passed or none ran. */
   egressProblem: string | null;
+  /**
+   * What kind of failure: "unanswered" (no answer; the next `up` restarts it),
+   * "egress" (an answer without an address; reported only), "path-unknown"
+   * (no answer from the runner that refreshed, but its guest listens: never
+   * restarted for it); null when it passed or none ran.
+   */
+  egressProblemKind: "unanswered" | "egress" | "path-unknown" | null;
   /** When the VM was created, ISO 8601; null for a static proxy. */
   createdAt: string | null;
   /** With rotateAfterDays: when the VM becomes due for rotation by age, ISO 8601; else null. */
@@ -139,6 +146,7 @@ export function proxyDetailsOf(
         egressIp: egressIp ?? null,
         checkedAt: checkedAt ?? null,
         egressProblem: problem?.reason ?? null,
+        egressProblemKind: problem?.kind ?? null,
         createdAt: createdAt ?? null,
         rotateAfter: rotateAfterOf(createdAt, pool.rotateAfterDays),
         // The primary URL's family: an IPv6-only member's `ip` is its IPv6 address.

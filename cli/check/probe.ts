@@ -13,7 +13,7 @@ import {
   type ProxyCredentials,
 } from "../../provider/common/proxy-probe";
 import { safeErrorMessage } from "../../provider/common/redact";
-import type { ProxyTarget } from "./targets";
+import type { ProxyTarget, RecordedProblem } from "./targets";
 
 export interface ProbePlan {
   /** http:// URL fetched through the proxy; 2xx or 3xx passes. */
@@ -44,6 +44,8 @@ export interface ProbeResult {
   egressSeconds?: number;
   /** When the pool rotates this member by age (its `proxies[].rotateAfter`), when it has a limit. */
   rotateAfter?: string;
+  /** What the last refresh's re-check recorded for this member (the pool's `proxies` output). */
+  recordedProblem?: RecordedProblem;
 }
 
 export async function probeProxy(target: ProxyTarget, plan: ProbePlan): Promise<ProbeResult> {
@@ -55,6 +57,7 @@ export async function probeProxy(target: ProxyTarget, plan: ProbePlan): Promise<
     family: target.family,
     up: false,
     ...(target.rotateAfter === undefined ? {} : { rotateAfter: target.rotateAfter }),
+    ...(target.recordedProblem === undefined ? {} : { recordedProblem: target.recordedProblem }),
   };
   let step = "http";
   try {

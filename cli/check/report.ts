@@ -172,11 +172,31 @@ function agedHints(report: CheckReport): string[] {
   ];
 }
 
+/**
+ * Down members: the change that replaces them, except those the last
+ * refresh found listening in their guests while silent from its runner
+ * ("path-unknown"): replacing them cannot mend a path, so they are named
+ * apart, with what to look at instead.
+ */
 function downHints(report: CheckReport): string[] {
-  const down = report.results.filter((result) => !result.up && POOL_MEMBER_KEY.test(result.name));
-  if (down.length === 0) return [];
+  const members = report.results.filter(
+    (result) => !result.up && POOL_MEMBER_KEY.test(result.name),
+  );
+  const listening = members.filter((result) => result.recordedProblem?.kind === "path-unknown");
+  const down = members.filter((result) => result.recordedProblem?.kind !== "path-unknown");
+  const pathHints =
+    listening.length === 0
+      ? []
+      : [
+          "",
+          `not suggested for replacement: ${[...new Set(listening.map((result) => result.name))].join(", ")}: ` +
+            "the last refresh found them silent from its runner but listening in their guests (path unknown);",
+          "  look at the path from here to them (routes, firewalls) before replacing anything",
+        ];
+  if (down.length === 0) return pathHints;
   const text = rotationText(new Date(report.checkedAt));
   return [
+    ...pathHints,
     "",
     "to replace the down proxies at the next `pulumi up` (each new one is ready before the old one goes):",
     `  pool arguments: rotate: { ${down.map((result) => `"${result.name}": "${text}"`).join(", ")} }`,

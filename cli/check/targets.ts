@@ -25,6 +25,14 @@ export interface ProxyTarget {
   family: "ipv4" | "ipv6";
   /** From the pool's `proxies[].rotateAfter`: when the member is due for rotation by age. */
   rotateAfter?: string;
+  /** From the pool's `proxies[]`: what the last refresh's re-check found wrong, if anything. */
+  recordedProblem?: RecordedProblem;
+}
+
+/** A member's `egressProblemKind` and `egressProblem` in the pool's `proxies` output. */
+export interface RecordedProblem {
+  kind: "unanswered" | "egress" | "path-unknown";
+  reason: string;
 }
 
 export class InputError extends Error {}
@@ -48,6 +56,7 @@ export function targetsFromDocument(
     const member = names.get(target.endpoint);
     target.name = member?.name ?? target.name;
     if (member?.rotateAfter !== undefined) target.rotateAfter = member.rotateAfter;
+    if (member?.recordedProblem !== undefined) target.recordedProblem = member.recordedProblem;
   }
   return dedupe(targets);
 }
@@ -55,7 +64,10 @@ export function targetsFromDocument(
 interface MemberNote {
   name: string;
   rotateAfter?: string;
+  recordedProblem?: RecordedProblem;
 }
+
+const PROBLEM_KINDS = new Set(["unanswered", "egress", "path-unknown"]);
 
 function urlsOf(
   document: unknown,
@@ -104,11 +116,24 @@ function namesOf(proxies: unknown): Map<string, MemberNote> {
     endpoint?: unknown;
     endpointIpv6?: unknown;
     rotateAfter?: unknown;
+    egressProblem?: unknown;
+    egressProblemKind?: unknown;
   }>) {
     if (typeof proxy?.name !== "string") continue;
-    const note = {
+    const kind = proxy.egressProblemKind;
+    const note: MemberNote = {
       name: proxy.name,
       ...(typeof proxy.rotateAfter === "string" ? { rotateAfter: proxy.rotateAfter } : {}),
+      ...(typeof kind === "string" &&
+      PROBLEM_KINDS.has(kind) &&
+      typeof proxy.egressProblem === "string"
+        ? {
+            recordedProblem: {
+              kind: kind as RecordedProblem["kind"],
+              reason: proxy.egressProblem,
+            },
+          }
+        : {}),
     };
     // A dual-stack member's both URLs carry its name (each is probed, labelled by family).
     for (const endpoint of [proxy.endpoint, proxy.endpointIpv6]) {

@@ -203,6 +203,7 @@ describe("the pool publishes a dual-stack member per family (components/proxy-de
       egressIp: "198.51.100.5",
       checkedAt: "2026-12-02T00:00:00.000Z",
       egressProblem: "IPv6: no answer",
+      egressProblemKind: "unanswered",
       createdAt: "2026-12-01T00:00:00.000Z",
       rotateAfter: null,
       ready: true,

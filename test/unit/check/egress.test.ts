@@ -417,6 +417,49 @@ describe("egress-proxies check: reports", () => {
     assert.deepEqual([target!.name, target!.rotateAfter], ["kvm1-0", aged.rotateAfter]);
   });
 
+  it("down members the last refresh found listening in their guests (path unknown) get no rotate change, and are named with what to look at", () => {
+    const pathUnknown = {
+      kind: "path-unknown" as const,
+      reason: "no answer within 10000 ms; the guest agent reports port 3128 listening",
+    };
+    const text = renderTable(
+      report([
+        { ...down("kvm1-0"), recordedProblem: pathUnknown },
+        { ...down("kvm1-1"), recordedProblem: { ...pathUnknown, kind: "unanswered" as const } },
+      ]),
+    );
+    assert.ok(
+      text.split("\n").includes(`  pool arguments: rotate: { "kvm1-1": "2026-11-30T12:00Z" }`),
+      text,
+    );
+    assert.doesNotMatch(text, /rotate: \{[^}]*kvm1-0/);
+    assert.match(
+      text,
+      /not suggested for replacement: kvm1-0: the last refresh found them silent from its runner but listening in their guests \(path unknown\)/,
+    );
+    // Every down member listening: no rotate change at all.
+    assert.doesNotMatch(
+      renderTable(report([{ ...down("kvm1-0"), recordedProblem: pathUnknown }])),
+      /rotate:/,
+    );
+    // The pool's stack output carries it: the check reads egressProblemKind with the member's name.
+    const [target] = targetsFromDocument(
+      {
+        endpoints: ["http://10.0.0.5:3128"],
+        proxies: [
+          {
+            name: "kvm1-0",
+            endpoint: "http://10.0.0.5:3128",
+            egressProblem: pathUnknown.reason,
+            egressProblemKind: "path-unknown",
+          },
+        ],
+      },
+      "outputs",
+    );
+    assert.deepEqual(target!.recordedProblem, pathUnknown);
+  });
+
   it("summary wording", () => {
     assert.equal(summaryLine(summarize([up("a"), up("b")])), "2 proxies: all up");
     assert.equal(summaryLine(summarize([down("a")])), "1 proxy: 0 up, 1 down");
