@@ -94,6 +94,21 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
     config = { "egress-proxies:proxmoxApiToken": sim.tokenFor() };
   });
 
+  // A test that failed while the proxy was silenced must not fail the next ones: the path comes back.
+  afterEach(async () => {
+    const answers = await tryTcpConnect("127.0.0.2", proxy.port, 2000).then(
+      () => true,
+      () => false,
+    );
+    if (!answers)
+      proxy = await startForwardProxy({
+        host: "127.0.0.2",
+        auth: AUTH,
+        egressAddress: "127.0.0.3",
+        port: proxy.port,
+      });
+  });
+
   after(async () => {
     await proxy?.close();
     await echo?.close();
