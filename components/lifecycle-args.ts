@@ -5,6 +5,7 @@
  * time, and how long one stays up after it left the published set; and the
  * checks of the pool's other lifecycle arguments. Pure.
  */
+import { MAX_DRAIN_SECONDS } from "../provider/common/disruption-budget";
 
 /** The pool's arguments for its members' life after create (EgressProxyPoolArgs has them). */
 export interface PoolLifecycleArgs {
@@ -84,9 +85,6 @@ export function resolveMaxUnavailable(value: MaxUnavailable | undefined, members
 
 /** The default drain: a little longer than a mounted Secret's usual lag (kubelet's sync, about a minute at worst). */
 export const DEFAULT_DRAIN_SECONDS = 30;
-
-/** Longest drain the pool accepts (the member input's own bound). */
-const MAX_DRAIN_SECONDS = 3600;
 
 /** The members' drain: as given, else the default. */
 export function resolveDrainSeconds(value: number | undefined): number {

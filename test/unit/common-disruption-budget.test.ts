@@ -24,6 +24,10 @@ import * as proxmox from "../../provider/proxmox/provider";
 
 type Props = Record<string, unknown>;
 const budget = { group: "crawl", maxUnavailable: 1 };
+/** What a refresh records for a proxy that did not answer its re-check. */
+const SILENT = {
+  [EGRESS_PROBLEM_KEY]: { kind: "unanswered", reason: "timeout", since: "2026-12-05T00:00:00Z" },
+};
 const ownerOf = (resource: string) => ({ project: "p", stack: "s", resource });
 const member = (resource: string, maxUnavailable = 1) =>
   budgetedMember({
@@ -203,15 +207,8 @@ for (const backend of backends)
     });
 
     it("silent proxies: the first is restarted, the others are left alone in this deployment", async () => {
-      const problem = {
-        [EGRESS_PROBLEM_KEY]: {
-          kind: "unanswered",
-          reason: "timeout",
-          since: "2026-12-05T00:00:00Z",
-        },
-      };
       const olds = await Promise.all(
-        ["m-0", "m-1", "m-2"].map((name) => created(name, {}, problem)),
+        ["m-0", "m-1", "m-2"].map((name) => created(name, {}, SILENT)),
       );
       const plans = [];
       for (const [index, old] of olds.entries())
@@ -297,14 +294,7 @@ for (const backend of backends)
 
     it("drain: none for a member that carried no traffic, a replacement that deletes first, or `pulumi destroy`", async () => {
       // An hour's drain: any of these that drained would time the test out.
-      const silent = {
-        [EGRESS_PROBLEM_KEY]: {
-          kind: "unanswered",
-          reason: "timeout",
-          since: "2026-12-05T00:00:00Z",
-        },
-      };
-      for (const outputs of [silent, { state: "stopped" }]) {
+      for (const outputs of [SILENT, { state: "stopped" }]) {
         const { removed, done } = deleting(drained(await created("m-1", {}, outputs), 3600));
         await done;
         assert.deepEqual(removed, ["vm"]);
