@@ -38,11 +38,13 @@ export interface CheckExporterArgs {
   /** What npx runs. Default `egress-proxies@<this package's version>`. */
   packageSpec?: string;
   /**
-   * Keep the EndpointSlices' ready conditions (the IPv6 one too, for a pool
-   * with IPv6) as current as the last check between `pulumi up`s (`check
-   * --endpointslice`), with a service account that may only get and patch
-   * those slices. Default true; false leaves
-   * readiness to `pulumi up` alone and mounts no API token.
+   * The exporter writes the pool's EndpointSlices (`<name>-checked`, and
+   * `<name>-checked-ipv6` for a pool with IPv6): the members the pool lists
+   * in its Secret, each ready as the exporter's last check found it, so
+   * readiness is as current as that check between `pulumi up`s (`check
+   * --endpointslices`). Pulumi then declares no slice: one writer each.
+   * Default true; false: Pulumi writes the slices `<name>-vms` with the
+   * readiness of the last `up`, and the exporter's pod mounts no API token.
    */
   keepSliceReadiness?: boolean;
 }
@@ -108,10 +110,9 @@ export function checkExporterArgsProblems(
 export function exporterCommand(
   exporter: CheckExporterArgs,
   listPath: string,
-  /** The slices it keeps current, `<namespace>/<name>`: one per address family the pool publishes. */
-  slice?: pulumi.Input<string> | readonly pulumi.Input<string>[],
+  /** The pool's Service, `<namespace>/<name>`, whose slices the exporter writes. */
+  slicesOf?: pulumi.Input<string>,
 ): pulumi.Input<string>[] {
-  const slices = slice === undefined ? [] : Array.isArray(slice) ? slice : [slice];
   const port = exporter.port ?? EXPORTER_DEFAULTS.port;
   return [
     "npx",
@@ -132,7 +133,7 @@ export function exporterCommand(
     ...(exporter.egressUrl === undefined ? [] : ["--egress-url", exporter.egressUrl]),
     ...(exporter.egressUrlIpv6 === undefined ? [] : ["--egress-url-ipv6", exporter.egressUrlIpv6]),
     ...(exporter.egressField === undefined ? [] : ["--egress-field", exporter.egressField]),
-    ...slices.flatMap((each: pulumi.Input<string>) => ["--endpointslice", each]),
+    ...(slicesOf === undefined ? [] : ["--endpointslices", slicesOf]),
   ];
 }
 
@@ -146,7 +147,8 @@ export interface ExporterObjects {
   service: pulumi.CustomResource;
   /**
    * With keepSliceReadiness: the ServiceAccount, and the Role and RoleBinding
-   * that let it get and patch the pool's EndpointSlice and nothing else.
+   * that let it read the pool's Secret and Service and write the pool's
+   * EndpointSlices, and nothing else.
    */
   sliceAccess?: {
     serviceAccount: pulumi.CustomResource;
@@ -163,12 +165,8 @@ export function publishCheckExporter(
   resourceNamePrefix: string,
   publishing: {
     namespace: pulumi.Input<string>;
-    /** The Secret holding proxies.json, and the prefix of the exporter's object names. */
+    /** The Secret holding proxies.json and the Service's name, and the prefix of the exporter's objects. */
     name: pulumi.Input<string>;
-    /** The EndpointSlice whose ready conditions the exporter keeps current. */
-    sliceName: pulumi.Input<string>;
-    /** A pool with IPv6: its second slice (`<name>-vms-ipv6`), kept current too. */
-    ipv6SliceName?: pulumi.Input<string>;
     labels: pulumi.Input<Record<string, pulumi.Input<string>>>;
     annotations: Record<string, string>;
   },
@@ -192,14 +190,10 @@ export function publishCheckExporter(
     labels,
     annotations: publishing.annotations,
   };
-  const sliceNames = [
-    publishing.sliceName,
-    ...(publishing.ipv6SliceName === undefined ? [] : [publishing.ipv6SliceName]),
-  ];
   const sliceAccess =
     exporter.keepSliceReadiness === false
       ? undefined
-      : declareSliceAccess(k8s, resourceNamePrefix, metadata, sliceNames, options);
+      : declareSliceAccess(k8s, resourceNamePrefix, metadata, publishing.name, options);
   const deployment = new k8s.apps.v1.Deployment(
     `${resourceNamePrefix}-check`,
     {
@@ -214,15 +208,20 @@ export function publishCheckExporter(
               ? {}
               : {
                   serviceAccountName: name,
-                  slices: sliceNames.map(
-                    (sliceName) => pulumi.interpolate`${publishing.namespace}/${sliceName}`,
-                  ),
+                  slicesOf: pulumi.interpolate`${publishing.namespace}/${publishing.name}`,
                 }),
           }),
         },
       },
     },
-    { ...options, dependsOn: sliceAccess === undefined ? [] : [sliceAccess.roleBinding] },
+    // After what it reads (in options) and, with an account, after that account may act.
+    {
+      ...options,
+      dependsOn: [
+        ...(Array.isArray(options.dependsOn) ? (options.dependsOn as pulumi.Resource[]) : []),
+        ...(sliceAccess === undefined ? [] : [sliceAccess.roleBinding]),
+      ],
+    },
   );
 
   const service = new k8s.core.v1.Service(
@@ -250,9 +249,11 @@ export function publishCheckExporter(
 }
 
 /**
- * The exporter's own identity: a ServiceAccount whose Role names the pool's
- * EndpointSlices (resourceNames: `<name>-vms`, and `<name>-vms-ipv6` with IPv6) with the verbs `check --endpointslice` uses,
- * get and patch. It can read or change nothing else in the namespace.
+ * The exporter's own identity: a ServiceAccount whose Role lets it read the
+ * pool's Secret and Service and write the pool's EndpointSlices
+ * (`<name>-checked`, `<name>-checked-ipv6`), by name. Creating a slice is
+ * the one verb Kubernetes cannot narrow by name (RBAC's `create` rules
+ * ignore resourceNames), so `create` covers endpointslices in this namespace.
  */
 function declareSliceAccess(
   k8s: KubernetesModule,
@@ -263,9 +264,10 @@ function declareSliceAccess(
     labels: pulumi.Input<Record<string, pulumi.Input<string>>>;
     annotations: Record<string, string>;
   },
-  sliceNames: readonly pulumi.Input<string>[],
+  poolName: pulumi.Input<string>,
   options: pulumi.CustomResourceOptions,
 ): NonNullable<ExporterObjects["sliceAccess"]> {
+  const named = (suffix: string) => pulumi.interpolate`${poolName}${suffix}`;
   const serviceAccount = new k8s.core.v1.ServiceAccount(
     `${resourceNamePrefix}-check-account`,
     { metadata, automountServiceAccountToken: false },
@@ -279,8 +281,15 @@ function declareSliceAccess(
         {
           apiGroups: ["discovery.k8s.io"],
           resources: ["endpointslices"],
-          resourceNames: [...sliceNames],
+          resourceNames: [named("-checked"), named("-checked-ipv6")],
           verbs: ["get", "patch"],
+        },
+        { apiGroups: ["discovery.k8s.io"], resources: ["endpointslices"], verbs: ["create"] },
+        {
+          apiGroups: [""],
+          resources: ["secrets", "services"],
+          resourceNames: [named("")],
+          verbs: ["get"],
         },
       ],
     },
@@ -306,7 +315,7 @@ function exporterPodSpec(
   exporter: CheckExporterArgs,
   secretName: pulumi.Input<string>,
   port: number,
-  sliceAccess: { serviceAccountName?: pulumi.Input<string>; slices?: pulumi.Input<string>[] },
+  sliceAccess: { serviceAccountName?: pulumi.Input<string>; slicesOf?: pulumi.Input<string> },
 ) {
   const probe = (initialDelaySeconds: number) => ({
     httpGet: { path: "/healthz", port: "metrics" },
@@ -332,7 +341,7 @@ function exporterPodSpec(
       {
         name: "check",
         image: exporter.image ?? EXPORTER_DEFAULTS.image,
-        command: exporterCommand(exporter, `${LIST_DIRECTORY}/proxies.json`, sliceAccess.slices),
+        command: exporterCommand(exporter, `${LIST_DIRECTORY}/proxies.json`, sliceAccess.slicesOf),
         // npx installs into its cache: HOME and the cache on the writable emptyDir.
         env: [
           { name: "HOME", value: "/tmp" },

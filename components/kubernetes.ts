@@ -1,9 +1,12 @@
 /**
  * Publishing a pool to Kubernetes: a Secret with the proxy URLs, and a
- * Service without a selector plus an EndpointSlice listing the VMs, so pods
+ * Service without a selector plus EndpointSlices listing the VMs, so pods
  * reach the pool at `http://<name>.<namespace>.svc:<port>` and kube-proxy
- * spreads connections over the VMs. No controller manages the slice (there
- * is no selector), so Pulumi owns it and updates it with the pool.
+ * spreads connections over the VMs. No controller manages the slices (there
+ * is no selector). One writer each: without the exporter's readiness keeping,
+ * Pulumi writes the slices `<name>-vms`; with it, the exporter writes
+ * `<name>-checked` from the member list Pulumi puts in the Secret, and
+ * Pulumi declares no slice (cli/check/endpointslice.ts says why).
  *
  * `@pulumi/kubernetes` is an optional peer dependency: most stacks never
  * publish, and it costs them 24 MB, a provider plugin and a slower tsc. It is
@@ -26,6 +29,7 @@ import {
   sliceEndpoint,
   type EndpointCheck,
 } from "./published-checks";
+import { SLICE_MEMBERS_KEY, sliceMembersJson } from "./slice-members";
 
 export interface KubernetesPublishingArgs {
   /** Namespace for the Secret, Service and EndpointSlice; it must exist. */
@@ -74,8 +78,13 @@ export interface PublishedProxies {
 export interface KubernetesObjects {
   secret: pulumi.CustomResource;
   service: pulumi.CustomResource;
-  endpointSlice: pulumi.CustomResource;
-  /** With IPv6 proxies: the EndpointSlice `<name>-vms-ipv6` (addressType IPv6). */
+  /**
+   * The EndpointSlice `<name>-vms`, when Pulumi writes the slices: absent
+   * when the exporter keeps readiness (`exporter.keepSliceReadiness`, the
+   * default with an exporter), which then writes `<name>-checked` itself.
+   */
+  endpointSlice?: pulumi.CustomResource;
+  /** With IPv6 proxies: the EndpointSlice `<name>-vms-ipv6` (addressType IPv6), as endpointSlice. */
   endpointSliceIpv6?: pulumi.CustomResource;
   /** With `exporter`: the check exporter's Deployment and Service. */
   exporter?: ExporterObjects;
@@ -126,16 +135,21 @@ function publishingLabels(
 }
 
 /**
- * The Secret's two keys: `proxies.txt` (one URL a line) and `proxies.json`
- * (an array of `{ url, ready, egressIp, checkedAt }`, see published-checks.ts).
+ * The Secret's keys: `proxies.txt` (one URL a line) and `proxies.json` (an
+ * array of `{ url, ready, egressIp, checkedAt }`, see published-checks.ts);
+ * with the exporter writing the slices, `endpoints.json`, the members it
+ * lists, and no readiness in proxies.json: only the exporter's is current,
+ * and it is in the slices (a copy here would go stale between `up`s).
  */
 function secretDocuments(
   urls: readonly string[],
-  checks?: readonly EndpointCheck[],
+  checks: readonly EndpointCheck[] | undefined,
+  members: { port: number; ipv4: string[]; ipv6?: string[] } | undefined,
 ): Record<string, string> {
   return {
     "proxies.txt": urls.map((url) => `${url}\n`).join(""),
-    "proxies.json": proxiesJson(urls, checks),
+    "proxies.json": proxiesJson(urls, checks, { readiness: members === undefined }),
+    ...(members === undefined ? {} : { [SLICE_MEMBERS_KEY]: sliceMembersJson(members) }),
   };
 }
 
@@ -158,20 +172,15 @@ export function publishToKubernetes(
   const options: pulumi.CustomResourceOptions = { parent, provider: args.provider };
   const labels = publishingLabels(args.name, args.labels);
   const annotations = { "egress-proxies.dev/pool": resourceNamePrefix };
+  const exporterWritesSlices =
+    args.exporter !== undefined && args.exporter.keepSliceReadiness !== false;
 
-  const secret = new k8s.core.v1.Secret(
-    `${resourceNamePrefix}-urls`,
-    {
-      metadata: { name: args.name, namespace: args.namespace, labels, annotations },
-      type: "Opaque",
-      stringData: pulumi.secret(
-        pulumi
-          .all([proxies.urls, proxies.checks])
-          .apply(([urls, checks]) => secretDocuments(urls, checks)),
-      ),
-    },
+  const secret = declareSecret(k8s, `${resourceNamePrefix}-urls`, {
+    metadata: { name: args.name, namespace: args.namespace, labels, annotations },
+    proxies,
+    exporterWritesSlices,
     options,
-  );
+  });
 
   const service = new k8s.core.v1.Service(
     `${resourceNamePrefix}-service`,
@@ -210,19 +219,19 @@ export function publishToKubernetes(
       // The slice is useless before the Service it names.
       options: { ...options, dependsOn: [service] },
     });
-  const endpointSlice = slice(
-    `${resourceNamePrefix}-endpoints`,
-    sliceName,
-    "IPv4",
-    proxies.addresses,
-  );
+  const endpointSlice = exporterWritesSlices
+    ? undefined
+    : slice(`${resourceNamePrefix}-endpoints`, sliceName, "IPv4", proxies.addresses);
   // One slice per address family: an EndpointSlice holds addresses of one type only.
-  const ipv6SliceName =
-    proxies.ipv6Addresses === undefined ? undefined : pulumi.interpolate`${args.name}-vms-ipv6`;
   const endpointSliceIpv6 =
-    ipv6SliceName === undefined || proxies.ipv6Addresses === undefined
+    exporterWritesSlices || proxies.ipv6Addresses === undefined
       ? undefined
-      : slice(`${resourceNamePrefix}-endpoints-ipv6`, ipv6SliceName, "IPv6", proxies.ipv6Addresses);
+      : slice(
+          `${resourceNamePrefix}-endpoints-ipv6`,
+          pulumi.interpolate`${args.name}-vms-ipv6`,
+          "IPv6",
+          proxies.ipv6Addresses,
+        );
 
   const exporter =
     args.exporter === undefined
@@ -232,22 +241,61 @@ export function publishToKubernetes(
           {
             namespace: args.namespace,
             name: args.name,
-            sliceName,
-            ...(ipv6SliceName === undefined ? {} : { ipv6SliceName }),
             labels,
             annotations,
           },
           args.exporter,
-          // It reads the Secret's file: declared after it, so a first start finds the list.
-          { ...options, dependsOn: [secret] },
+          // It reads the Secret and writes the Service's slices: declared after both.
+          { ...options, dependsOn: [secret, service] },
         );
   return {
     secret,
     service,
-    endpointSlice,
+    ...(endpointSlice === undefined ? {} : { endpointSlice }),
     ...(endpointSliceIpv6 === undefined ? {} : { endpointSliceIpv6 }),
     ...(exporter === undefined ? {} : { exporter }),
   };
+}
+
+/** The Secret: the URLs, and with the exporter writing the slices, the members it lists. */
+function declareSecret(
+  k8s: KubernetesModule,
+  resourceName: string,
+  secret: {
+    metadata: Record<string, unknown>;
+    proxies: PublishedProxies;
+    exporterWritesSlices: boolean;
+    options: pulumi.CustomResourceOptions;
+  },
+) {
+  const { proxies } = secret;
+  return new k8s.core.v1.Secret(
+    resourceName,
+    {
+      metadata: secret.metadata,
+      type: "Opaque",
+      stringData: pulumi.secret(
+        pulumi
+          .all([
+            proxies.urls,
+            proxies.checks,
+            proxies.port,
+            proxies.addresses,
+            proxies.ipv6Addresses,
+          ])
+          .apply(([urls, checks, port, ipv4, ipv6]) =>
+            secretDocuments(
+              urls,
+              checks,
+              secret.exporterWritesSlices
+                ? { port, ipv4, ...(ipv6 === undefined ? {} : { ipv6 }) }
+                : undefined,
+            ),
+          ),
+      ),
+    },
+    secret.options,
+  );
 }
 
 /** One EndpointSlice of the pool's Service: the VMs of one address family, with their checks. */

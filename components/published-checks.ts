@@ -63,12 +63,14 @@ export interface PublishedProxy {
 export function proxiesJson(
   urls: readonly string[],
   checks: readonly EndpointCheck[] = [],
+  /** false: readiness is kept elsewhere (the exporter's slices); `ready` and `checkedAt` are null. */
+  { readiness }: { readiness: boolean } = { readiness: true },
 ): string {
   const entries: PublishedProxy[] = urls.map((url, index) => ({
     url,
-    ready: checks[index]?.ready ?? null,
+    ready: readiness ? (checks[index]?.ready ?? null) : null,
     egressIp: checks[index]?.egressIp ?? null,
-    checkedAt: checks[index]?.checkedAt ?? null,
+    checkedAt: readiness ? (checks[index]?.checkedAt ?? null) : null,
   }));
   return JSON.stringify(entries);
 }

@@ -21,16 +21,9 @@ import {
   renderTable,
   type CheckReport,
 } from "./report";
-import {
-  describeSliceUpdate,
-  InClusterError,
-  inClusterApi,
-  parseSliceRef,
-  SliceRefError,
-  updateSliceReadiness,
-  type KubernetesApi,
-  type SliceRef,
-} from "./endpointslice";
+import { parseServiceRef, ServiceRefError, type ServiceRef } from "./endpointslice";
+import { InClusterError, inClusterApi, type KubernetesApi } from "./kube-api";
+import { describeSliceRound, writeSlices } from "./slice-owner";
 import { parseListenAddress, runExporter, ServeAddressError, type ListenAddress } from "./serve";
 import { InputError, targetFromUrl, targetsFromDocument, type ProxyTarget } from "./targets";
 
@@ -38,7 +31,7 @@ export const CHECK_USAGE = `usage: egress-proxies check --target <http://url> [-
          [--egress-url <http://url> [--egress-url-ipv6 <http://[v6]/url>] [--egress-field <name>]]
          [--from <file>|- | --proxy <http://[user:pass@]host:port> ...]
          [--user <name>] [--timeout 10] [--concurrency 32] [--json] [--all] [--prometheus <file>]
-         [--serve <host:port> [--interval 60] [--endpointslice <namespace>/<name> ...]]
+         [--serve <host:port> [--interval 60] [--endpointslices <namespace>/<service>]]
   Input: \`pulumi stack output --json --show-secrets\` (a file, or stdin) or a published proxies.json;
   without --from or --proxy, stdin is read. Proxies without credentials in their URL use --user and
   the password in $EGRESS_PROXY_PASSWORD.
@@ -49,9 +42,10 @@ export const CHECK_USAGE = `usage: egress-proxies check --target <http://url> [-
   Exit status: 0 all proxies up, 1 some down, 2 usage.
   --serve keeps running as an exporter: checks every --interval seconds and serves /metrics (the same
   metrics as --prometheus) and /healthz on host:port (:port listens on every interface); a --from file
-  is read again before each check; SIGTERM or SIGINT ends it with status 0. --endpointslice (in the
-  cluster, as the pod's service account) sets the ready condition of each member of that EndpointSlice
-  to what the last check found; give it once per slice (the pool's IPv6 slice <name>-vms-ipv6 too).`;
+  is read again before each check; SIGTERM or SIGINT ends it with status 0. --endpointslices (in the
+  cluster, as the pod's service account) makes the exporter the writer of the Service's EndpointSlices
+  <service>-checked (and -checked-ipv6): the members the Secret <service> lists (endpoints.json, read
+  every 5 s), each ready as the last check found it.`;
 
 export interface CheckIo {
   out(text: string): void;
@@ -70,8 +64,8 @@ interface CheckOptions {
   json: boolean;
   all: boolean;
   prometheus?: string;
-  /** endpointSlices: the pool's slices to keep current (one per address family it publishes). */
-  serve?: { listen: ListenAddress; intervalMs: number; endpointSlices: SliceRef[] };
+  /** endpointSlicesOf: the pool's Service whose slices the exporter writes. */
+  serve?: { listen: ListenAddress; intervalMs: number; endpointSlicesOf?: ServiceRef };
 }
 
 export async function check(argv: string[], io: CheckIo): Promise<number> {
@@ -102,7 +96,7 @@ export async function check(argv: string[], io: CheckIo): Promise<number> {
 const isUsageError = (error: unknown): boolean =>
   error instanceof InputError ||
   error instanceof ServeAddressError ||
-  error instanceof SliceRefError ||
+  error instanceof ServiceRefError ||
   ((error as { code?: string }).code?.startsWith("ERR_PARSE_ARGS") ?? false);
 
 async function checkAll(
@@ -130,8 +124,8 @@ async function serve(
   const { options } = parsed;
   const rereads = parsed.sources.from !== undefined && parsed.sources.from !== "-";
   let targets = firstTargets;
-  let keepSlice: ((report: CheckReport) => Promise<void>) | undefined;
-  if (settings.endpointSlices.length > 0) {
+  let slices: SliceWriter | undefined;
+  if (settings.endpointSlicesOf !== undefined) {
     let api: KubernetesApi;
     try {
       api = inClusterApi(io.env);
@@ -140,17 +134,12 @@ async function serve(
       io.err(`egress-proxies check: ${error.message}`);
       return CHECK_EXIT.usage;
     }
-    // Each slice on its own: one refused patch must not keep the other family's stale.
-    keepSlice = async (report) => {
-      await Promise.all(
-        settings.endpointSlices.map(async (ref) => {
-          const line = describeSliceUpdate(ref, await updateSliceReadiness(api, ref, report));
-          if (line !== undefined) io.err(`egress-proxies check: ${line}`);
-        }),
-      );
-    };
+    slices = new SliceWriter(api, settings.endpointSlicesOf, (line) =>
+      io.err(`egress-proxies check: ${line}`),
+    );
   }
   const stop = io.stopSignal();
+  slices?.start(stop);
   try {
     await runExporter(
       {
@@ -163,8 +152,9 @@ async function serve(
         afterCheck: async (report) => {
           if (options.prometheus !== undefined)
             writeAtomically(options.prometheus, renderPrometheus(report));
-          await keepSlice?.(report);
+          await slices?.afterCheck(report);
         },
+        ...(slices === undefined ? {} : { notReady: () => slices.notReady() }),
         log: (line) => io.err(`egress-proxies check: ${line}`),
       },
       stop,
@@ -173,8 +163,63 @@ async function serve(
     if (!(error instanceof ServeAddressError)) throw error;
     io.err(`egress-proxies check: ${error.message}`);
     return CHECK_EXIT.usage;
+  } finally {
+    await slices?.stopped();
   }
   return CHECK_EXIT.healthy;
+}
+
+/** How often the exporter reads the member list: well inside a drain (30 s by default). */
+const SLICE_MEMBERS_POLL_MS = 5_000;
+
+/**
+ * The exporter's slice writing: a round after every check (readiness) and
+ * every few seconds between them (members the pool added or removed), one
+ * round at a time.
+ */
+class SliceWriter {
+  private report: CheckReport | undefined;
+  private written = false;
+  private queue: Promise<void> = Promise.resolve();
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly api: KubernetesApi,
+    private readonly service: ServiceRef,
+    private readonly log: (line: string) => void,
+  ) {}
+
+  start(stop: AbortSignal): void {
+    void this.round();
+    this.timer = setInterval(() => void this.round(), SLICE_MEMBERS_POLL_MS);
+    stop.addEventListener("abort", () => clearInterval(this.timer), { once: true });
+  }
+
+  afterCheck(report: CheckReport): Promise<void> {
+    this.report = report;
+    return this.round();
+  }
+
+  notReady(): string | undefined {
+    return this.written
+      ? undefined
+      : `the EndpointSlices of Service ${this.service.namespace}/${this.service.name} were not written yet`;
+  }
+
+  /** Lets a round in flight end (each call has its deadline) before the process exits. */
+  async stopped(): Promise<void> {
+    clearInterval(this.timer);
+    await this.queue;
+  }
+
+  private round(): Promise<void> {
+    this.queue = this.queue.then(async () => {
+      const round = await writeSlices(this.api, this.service, this.report);
+      if (round.kind !== "failed") this.written = true;
+      for (const line of describeSliceRound(this.service, round)) this.log(line);
+    });
+    return this.queue;
+  }
 }
 
 interface ParsedArgs {
@@ -219,6 +264,8 @@ function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
       prometheus: { type: "string" },
       serve: { type: "string" },
       interval: { type: "string" },
+      endpointslices: { type: "string" },
+      // Replaced by --endpointslices; kept to say so.
       endpointslice: { type: "string", multiple: true, default: [] },
       help: { type: "boolean", short: "h", default: false },
     },
@@ -249,6 +296,10 @@ function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
   const concurrency = wholeNumber(values.concurrency, "--concurrency", 1, 1024);
   if (values.from !== undefined && values.proxy.length > 0)
     throw new InputError("give --from or --proxy, not both");
+  if (values.endpointslice.length > 0)
+    throw new InputError(
+      "--endpointslice is gone: the exporter now writes the pool's EndpointSlices itself; give --endpointslices <namespace>/<service> (the pool's Service, e.g. crawlers/egress)",
+    );
   let serve: CheckOptions["serve"];
   if (values.serve !== undefined) {
     if (values.json)
@@ -257,12 +308,14 @@ function parseCheckArgs(argv: string[]): ParsedArgs | "help" {
     serve = {
       listen: parseListenAddress(values.serve),
       intervalMs: interval * 1000,
-      endpointSlices: values.endpointslice.map(parseSliceRef),
+      ...(values.endpointslices === undefined
+        ? {}
+        : { endpointSlicesOf: parseServiceRef(values.endpointslices) }),
     };
   } else if (values.interval !== undefined)
     throw new InputError("--interval needs --serve (a one-shot check runs once)");
-  else if (values.endpointslice.length > 0)
-    throw new InputError("--endpointslice needs --serve (the exporter keeps the slice current)");
+  else if (values.endpointslices !== undefined)
+    throw new InputError("--endpointslices needs --serve (the exporter keeps the slices current)");
   return {
     options: {
       plan: {

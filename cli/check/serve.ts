@@ -42,6 +42,12 @@ export interface ExporterOptions {
   runCheck(): Promise<CheckReport>;
   /** After each check (the textfile, the EndpointSlice); its failure is logged, never fatal. */
   afterCheck?(report: CheckReport): void | Promise<void>;
+  /**
+   * Why the exporter is not doing its job yet, if it is not (the slices it
+   * owns were never written): /healthz answers 503 with it, so a rollout
+   * waits for the new exporter to have written them.
+   */
+  notReady?(): string | undefined;
   log(line: string): void;
 }
 
@@ -64,6 +70,7 @@ export class ExporterState {
   constructor(
     private readonly intervalMs: number,
     private readonly startedMs: number,
+    readonly notReady: () => string | undefined = () => undefined,
   ) {
     this.lastFinishedMs = startedMs;
   }
@@ -138,10 +145,15 @@ export function answer(
     };
   if (path === "/healthz") {
     const ok = state.healthy(nowMs);
+    const waiting = state.notReady();
     return {
-      status: ok ? 200 : 503,
+      status: ok && waiting === undefined ? 200 : 503,
       contentType: text,
-      body: ok ? "ok\n" : `no check finished in the last ${STALE_INTERVALS} intervals\n`,
+      body: !ok
+        ? `no check finished in the last ${STALE_INTERVALS} intervals\n`
+        : waiting === undefined
+          ? "ok\n"
+          : `${waiting}\n`,
     };
   }
   if (path === "/")
@@ -159,7 +171,7 @@ export function answer(
  * still in flight is left to its own per-proxy deadlines.
  */
 export async function runExporter(options: ExporterOptions, stop: AbortSignal): Promise<void> {
-  const state = new ExporterState(options.intervalMs, Date.now());
+  const state = new ExporterState(options.intervalMs, Date.now(), options.notReady);
   const server = createServer(
     { requestTimeout: 10_000, headersTimeout: 5_000, keepAliveTimeout: 5_000 },
     (request: IncomingMessage, response: ServerResponse) => {

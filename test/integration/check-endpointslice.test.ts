@@ -1,166 +1,60 @@
 /**
- * `check --serve --endpointslice`: the exporter as a real process keeps the
- * ready conditions of the pool's EndpointSlice current, against a stand-in
- * for the Kubernetes API server (HTTPS with a private CA, bearer token,
- * GET and JSON Patch of one EndpointSlice, resourceVersion checked as the
- * API server does). No cluster runs here; what the stand-in checks is what
- * the API server would: the path, the token, the patch's content type and
- * its "test" of the resourceVersion.
+ * `check --serve --endpointslices`: the exporter as a real process is the
+ * only writer of the pool's EndpointSlices, against a stand-in for the
+ * Kubernetes API server that applies as Kubernetes does (field managers,
+ * atomic lists, conflicts, create authorized as create, RBAC as the pool's
+ * Role grants it: test/support/kube-api-stand-in.ts). No cluster runs here.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, type Server } from "node:https";
-import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { FIELD_MANAGER, MANAGED_BY } from "../../cli/check/endpointslice";
 import { simulatorTls } from "../pve-sim/ca";
-import { CHECK_BIN, startExporter, until, type RunningExporter } from "../support/check-exporter";
+import {
+  CHECK_BIN,
+  httpGet,
+  startExporter,
+  until,
+  type RunningExporter,
+} from "../support/check-exporter";
 import { startEchoServer, startForwardProxy, type RunningServer } from "../support/forward-proxy";
+import { startApiStandIn, type ApiStandIn } from "../support/kube-api-stand-in";
 
 const TOKEN = "sentinel-service-account-token-7731";
-const SLICES_PATH = "/apis/discovery.k8s.io/v1/namespaces/crawlers/endpointslices/";
+const SERVICE = {
+  name: "egress",
+  uid: "6f1c2d3e-aaaa-4bbb-8ccc-123456789abc",
+  labels: { "app.kubernetes.io/instance": "egress", "app.kubernetes.io/part-of": "egress-proxies" },
+};
+/** What the pool's Role grants the exporter (components/kubernetes-exporter.ts; the pool test checks the Role). */
+const ROLE = [
+  { verb: "get", resource: "endpointslices", name: "egress-checked" },
+  { verb: "patch", resource: "endpointslices", name: "egress-checked" },
+  { verb: "get", resource: "endpointslices", name: "egress-checked-ipv6" },
+  { verb: "patch", resource: "endpointslices", name: "egress-checked-ipv6" },
+  { verb: "create", resource: "endpointslices" },
+  { verb: "get", resource: "secrets", name: "egress" },
+  { verb: "get", resource: "services", name: "egress" },
+];
 
-interface Slice {
-  metadata: { name: string; resourceVersion: string };
-  endpoints: { addresses: string[]; conditions?: { ready?: boolean } }[];
-}
+const conditionsOf = (api: ApiStandIn, slice: string) =>
+  api.slices.get(slice)?.endpoints?.map((endpoint) => [endpoint.addresses[0], endpoint.conditions]);
+const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
 
-/** The API server's part this needs: the pool's EndpointSlices (by name), read and JSON-patched. */
-function startApiServer(...slices: Slice[]): Promise<{
-  server: Server;
-  port: number;
-  requests: { method: string; path: string; body: string }[];
-  /** Bumps the resourceVersion just before the next PATCH lands, as a concurrent `pulumi up` would. */
-  raceNextPatch(): void;
-}> {
-  const tls = simulatorTls();
-  const requests: { method: string; path: string; body: string }[] = [];
-  let race = false;
-  const server = createServer({ key: tls.serverKeyPem, cert: tls.serverCertPem }, (req, res) => {
-    let body = "";
-    req.on("data", (chunk: Buffer) => (body += chunk.toString()));
-    req.on("end", () => {
-      requests.push({ method: req.method ?? "", path: req.url ?? "", body });
-      const reply = (status: number, document: unknown) => {
-        res.writeHead(status, { "content-type": "application/json" });
-        res.end(JSON.stringify(document));
-      };
-      if (req.headers.authorization !== `Bearer ${TOKEN}`)
-        return reply(401, { kind: "Status", message: "Unauthorized" });
-      const slice = slices.find((each) => req.url === `${SLICES_PATH}${each.metadata.name}`);
-      if (slice === undefined) return reply(404, { kind: "Status", message: "not found" });
-      if (req.method === "GET") return reply(200, slice);
-      if (req.method !== "PATCH" || req.headers["content-type"] !== "application/json-patch+json")
-        return reply(415, { kind: "Status", message: "unsupported" });
-      if (race) {
-        // Someone wrote the slice after the exporter read it.
-        race = false;
-        slice.metadata.resourceVersion = String(Number(slice.metadata.resourceVersion) + 1);
-      }
-      const operations = JSON.parse(body) as { op: string; path: string; value: unknown }[];
-      for (const operation of operations) {
-        if (operation.op === "test") {
-          if (
-            operation.path !== "/metadata/resourceVersion" ||
-            operation.value !== slice.metadata.resourceVersion
-          )
-            return reply(422, {
-              kind: "Status",
-              message: "the server rejected our request due to an error in our request",
-            });
-          continue;
-        }
-        const match = /^\/endpoints\/(\d+)\/conditions(\/ready)?$/.exec(operation.path);
-        const endpoint = match ? slice.endpoints[Number(match[1])] : undefined;
-        if (operation.op !== "add" || endpoint === undefined)
-          return reply(422, {
-            kind: "Status",
-            message: `unexpected ${operation.op} ${operation.path}`,
-          });
-        if (match![2] === undefined) endpoint.conditions = operation.value as { ready?: boolean };
-        else endpoint.conditions = { ...endpoint.conditions, ready: operation.value as boolean };
-      }
-      slice.metadata.resourceVersion = String(Number(slice.metadata.resourceVersion) + 1);
-      reply(200, slice);
-    });
-  });
-  return new Promise((resolve) =>
-    server.listen(0, "127.0.0.1", () =>
-      resolve({
-        server,
-        port: (server.address() as AddressInfo).port,
-        requests,
-        raceNextPatch: () => (race = true),
-      }),
-    ),
-  );
-}
-
-/**
- * Waits until a member's ready condition changed in the slice and the
- * exporter said so. The fake API server is this process: it holds the patch
- * before the exporter has read the answer and printed its line, so waiting for
- * the slice alone fails the stderr check on a busy machine.
- */
-async function untilPatchedAndReported(
-  exporter: { stderr(): string },
-  sliceName: string,
-  patched: () => boolean,
-): Promise<void> {
-  const report = `EndpointSlice crawlers/${sliceName}: 1 ready condition(s) set from this check`;
-  await until(
-    `${sliceName}: the member's condition patched, and the exporter saying so`,
-    20_000,
-    async () => (patched() && exporter.stderr().includes(report) ? true : undefined),
-  );
-}
-
-describe("egress-proxies check --serve --endpointslice keeps the slice's readiness current", function () {
+describe("egress-proxies check --serve --endpointslices: the exporter writes the pool's slices, alone", function () {
   this.timeout(120_000);
   const servers: RunningServer[] = [];
+  const apis: ApiStandIn[] = [];
   let exporter: RunningExporter | undefined;
-  let api: Awaited<ReturnType<typeof startApiServer>> | undefined;
   let dir: string;
 
-  before(() => {
-    dir = mkdtempSync(join(tmpdir(), "egress-slice-"));
-    writeFileSync(join(dir, "token"), `${TOKEN}\n`);
-    writeFileSync(join(dir, "ca.crt"), simulatorTls().caCertPem);
-  });
-  after(async () => {
-    if (exporter !== undefined && exporter.child.exitCode === null) exporter.child.kill("SIGKILL");
-    await Promise.all(servers.map((server) => server.close()));
-    await new Promise((resolve) => (api ? api.server.close(resolve) : resolve(undefined)));
-    rmSync(dir, { recursive: true, force: true });
-  });
-
-  it("writes nothing while the slice agrees, flips a broken member, and starts over after a conflict", async () => {
-    const echo = await startEchoServer("127.0.0.1");
-    const steady = await startForwardProxy({ host: "127.0.0.2", egressAddress: "127.0.0.2" });
-    const doomed = await startForwardProxy({ host: "127.0.0.3", egressAddress: "127.0.0.3" });
-    servers.push(echo, steady, doomed);
-    const slice: Slice = {
-      metadata: { name: "egress-vms", resourceVersion: "100" },
-      endpoints: [
-        { addresses: ["127.0.0.2"], conditions: { ready: true } },
-        { addresses: ["127.0.0.3"], conditions: { ready: true } },
-        // A member the exporter's list does not have yet: left alone.
-        { addresses: ["127.0.0.9"], conditions: { ready: false } },
-      ],
-    };
-    api = await startApiServer(slice);
-    const list = join(dir, "proxies.json");
-    writeFileSync(
-      list,
-      JSON.stringify(
-        [steady, doomed].map((s) => ({ url: `http://${s.host}:${s.port}`, ready: true })),
-      ),
-    );
+  const start = async (api: ApiStandIn, list: string, interval: number, echoPort: number) => {
     exporter = await startExporter(
       [
-        ...["--interval", "1", "--timeout", "3", "--from", list],
-        ...["--target", `http://127.0.0.1:${echo.port}/`, "--endpointslice", "crawlers/egress-vms"],
+        ...["--interval", String(interval), "--timeout", "3", "--from", list],
+        ...["--target", `http://127.0.0.1:${echoPort}/`, "--endpointslices", "crawlers/egress"],
       ],
       "",
       {
@@ -169,112 +63,203 @@ describe("egress-proxies check --serve --endpointslice keeps the slice's readine
         EGRESS_KUBE_SERVICEACCOUNT_DIR: dir,
       },
     );
-    const running = exporter;
-    const gets = () => api!.requests.filter((r) => r.method === "GET").length;
-    const patches = () => api!.requests.filter((r) => r.method === "PATCH");
+    return exporter;
+  };
 
-    await until("two rounds that found the slice in agreement", 20_000, async () =>
-      gets() >= 2 ? true : undefined,
-    );
-    assert.equal(patches().length, 0, "an unchanged pool sees no writes");
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), "egress-slice-"));
+    writeFileSync(join(dir, "token"), `${TOKEN}\n`);
+    writeFileSync(join(dir, "ca.crt"), simulatorTls().caCertPem);
+  });
+  afterEach(async () => {
+    if (exporter !== undefined && exporter.child.exitCode === null) exporter.child.kill("SIGKILL");
+    exporter = undefined;
+    await Promise.all(servers.splice(0).map((server) => server.close()));
+    await Promise.all(apis.splice(0).map((api) => api.close()));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
 
-    // Pulumi rewrites the slice between the exporter's read and its patch: refused, redone next round.
-    api.raceNextPatch();
-    await doomed.close();
-    await untilPatchedAndReported(
-      running,
-      "egress-vms",
-      () => slice.endpoints[1]!.conditions?.ready === false,
+  it("creates the slice owned by the Service, as the only field manager; writes nothing while it agrees; flips a broken member", async () => {
+    const echo = await startEchoServer("127.0.0.1");
+    const steady = await startForwardProxy({ host: "127.0.0.2", egressAddress: "127.0.0.2" });
+    const doomed = await startForwardProxy({ host: "127.0.0.3", egressAddress: "127.0.0.3" });
+    servers.push(echo, steady, doomed);
+    const api = await startApiStandIn({
+      token: TOKEN,
+      service: SERVICE,
+      members: { port: 3128, ipv4: ["127.0.0.2", "127.0.0.3"] },
+      grants: ROLE,
+    });
+    apis.push(api);
+    const list = join(dir, "proxies.json");
+    writeFileSync(
+      list,
+      JSON.stringify(
+        [steady, doomed].map((s) => ({ url: `http://${s.host}:${s.port}`, ready: null })),
+      ),
     );
-    const sent = patches().map(
-      (p) => JSON.parse(p.body) as { op: string; path: string; value: unknown }[],
+    const running = await start(api, list, 1, echo.port);
+
+    await until("the slice written with both members checked ready", 20_000, async () =>
+      same(conditionsOf(api, "egress-checked"), [
+        ["127.0.0.2", { ready: true }],
+        ["127.0.0.3", { ready: true }],
+      ])
+        ? true
+        : undefined,
     );
-    assert.ok(sent.length >= 2, "the first patch met the conflict, a later one landed");
-    assert.deepEqual(sent.at(-1), [
-      {
-        op: "test",
-        path: "/metadata/resourceVersion",
-        value: String(Number(slice.metadata.resourceVersion) - 1),
-      },
-      { op: "add", path: "/endpoints/1/conditions/ready", value: false },
+    const slice = api.slices.get("egress-checked")!;
+    assert.deepEqual(slice.metadata.ownerReferences, [
+      { apiVersion: "v1", kind: "Service", name: "egress", uid: SERVICE.uid },
     ]);
-    assert.equal(slice.endpoints[0]!.conditions?.ready, true);
-    assert.equal(slice.endpoints[2]!.conditions?.ready, false);
-    assert.match(
-      running.stderr(),
-      /EndpointSlice crawlers\/egress-vms changed while it was being patched/,
+    assert.deepEqual(slice.metadata.labels, {
+      ...SERVICE.labels,
+      "kubernetes.io/service-name": "egress",
+      "endpointslice.kubernetes.io/managed-by": MANAGED_BY,
+    });
+    assert.equal(slice.addressType, "IPv4");
+    assert.deepEqual(slice.ports, [{ name: "http-proxy", port: 3128, protocol: "TCP" }]);
+    for (const [field, managers] of Object.entries(api.owners("egress-checked")))
+      assert.deepEqual(managers, [FIELD_MANAGER], `${field} has one manager`);
+    assert.equal(
+      api.slices.has("egress-checked-ipv6"),
+      false,
+      "a pool without IPv6 gets no IPv6 slice",
+    );
+    assert.equal((await httpGet(`${running.base}/healthz`)).status, 200);
+
+    // A healthy, unchanged pool: reads, no writes.
+    const writes = () => api.requests.filter((r) => r.method === "PATCH").length;
+    const reads = () =>
+      api.requests.filter((r) => r.method === "GET" && r.path.endsWith("/egress-checked")).length;
+    const [writesBefore, readsBefore] = [writes(), reads()];
+    await until("three more rounds", 30_000, async () =>
+      reads() >= readsBefore + 3 ? true : undefined,
+    );
+    assert.equal(writes(), writesBefore, "no write while the slice agrees");
+
+    await doomed.close();
+    await until(
+      "the broken member written not ready, and the exporter saying so",
+      20_000,
+      async () =>
+        same(conditionsOf(api, "egress-checked"), [
+          ["127.0.0.2", { ready: true }],
+          ["127.0.0.3", { ready: false }],
+        ]) &&
+        running
+          .stderr()
+          .includes(
+            "EndpointSlice crawlers/egress-checked written: 1 ready, 1 not ready, 0 not checked yet",
+          )
+          ? true
+          : undefined,
+    );
+    assert.ok(
+      api.requests
+        .filter((r) => r.method === "PATCH")
+        .every((r) => r.contentType === "application/apply-patch+yaml"),
     );
     assert.doesNotMatch(running.stderr(), new RegExp(TOKEN));
-
-    const status = await running.terminate();
-    assert.equal(status, 0, running.stderr());
+    assert.equal(await running.terminate(), 0, running.stderr());
   });
 
-  it("a dual-stack member: both slices kept, the IPv6 one flipped alone when only IPv6 fails", async () => {
+  it("follows the Secret's member list within seconds (no check needed), restores a stray write, keeps a bad list out", async () => {
     const echo = await startEchoServer("127.0.0.1");
-    const v4 = await startForwardProxy({ host: "127.0.0.1" });
-    // The member's squid on its IPv6 address: the same port, as on a dual-stack VM.
-    const v6 = await startForwardProxy({ host: "::1", port: v4.port });
-    servers.push(echo, v4, v6);
-    const ipv4Slice: Slice = {
-      metadata: { name: "egress-vms", resourceVersion: "10" },
-      endpoints: [{ addresses: ["127.0.0.1"], conditions: { ready: true } }],
-    };
-    const ipv6Slice: Slice = {
-      metadata: { name: "egress-vms-ipv6", resourceVersion: "20" },
-      endpoints: [{ addresses: ["::1"], conditions: { ready: true } }],
-    };
-    const dualApi = await startApiServer(ipv4Slice, ipv6Slice);
-    try {
-      const list = join(dir, "dual-outputs.json");
-      const urls = [`http://127.0.0.1:${v4.port}`, `http://[::1]:${v4.port}`];
-      writeFileSync(
-        list,
-        JSON.stringify({
-          endpoints: urls,
-          proxies: [{ name: "kvm1-0", endpoint: urls[0], endpointIpv6: urls[1] }],
-        }),
-      );
-      const running = await startExporter(
-        [
-          ...["--interval", "1", "--timeout", "3", "--from", list],
-          ...["--target", `http://127.0.0.1:${echo.port}/`],
-          ...["--endpointslice", "crawlers/egress-vms"],
-          ...["--endpointslice", "crawlers/egress-vms-ipv6"],
-        ],
-        "",
-        {
-          KUBERNETES_SERVICE_HOST: "127.0.0.1",
-          KUBERNETES_SERVICE_PORT: String(dualApi.port),
-          EGRESS_KUBE_SERVICEACCOUNT_DIR: dir,
-        },
-      );
-      exporter = running;
-      const metrics = await running.scrapeAfter(0);
-      assert.match(
-        metrics,
-        /egress_proxy_up\{proxy="kvm1-0",endpoint="127\.0\.0\.1:\d+",family="ipv4"\} 1/,
-      );
-      assert.match(
-        metrics,
-        /egress_proxy_up\{proxy="kvm1-0",endpoint="\[::1\]:\d+",family="ipv6"\} 1/,
-      );
-      await v6.close();
-      await untilPatchedAndReported(
-        running,
-        "egress-vms-ipv6",
-        () => ipv6Slice.endpoints[0]!.conditions?.ready === false,
-      );
-      assert.equal(ipv4Slice.endpoints[0]!.conditions?.ready, true, "IPv4 still works");
-      const paths = dualApi.requests.filter((r) => r.method === "PATCH").map((r) => r.path);
-      assert.deepEqual([...new Set(paths)], [`${SLICES_PATH}egress-vms-ipv6`]);
-      assert.equal(await running.terminate(), 0, running.stderr());
-    } finally {
-      await new Promise((resolve) => dualApi.server.close(resolve));
-    }
+    const member = await startForwardProxy({ host: "127.0.0.2", egressAddress: "127.0.0.2" });
+    servers.push(echo, member);
+    const api = await startApiStandIn({
+      token: TOKEN,
+      service: SERVICE,
+      members: { port: 3128, ipv4: ["127.0.0.2"], ipv6: ["2001:db8::8"] },
+      grants: ROLE,
+    });
+    apis.push(api);
+    const list = join(dir, "proxies-2.json");
+    writeFileSync(list, JSON.stringify([{ url: `http://127.0.0.2:${member.port}`, ready: null }]));
+    // One check at the start, the next in ten minutes: whatever changes after the first comes from the member list.
+    const running = await start(api, list, 600, echo.port);
+    await until("both families' slices written, the IPv4 member checked", 20_000, async () =>
+      same(conditionsOf(api, "egress-checked"), [["127.0.0.2", { ready: true }]]) &&
+      same(conditionsOf(api, "egress-checked-ipv6"), [["2001:db8::8", {}]])
+        ? true
+        : undefined,
+    );
+
+    // `pulumi up` replaced a member and dropped IPv6: the exporter's slices follow well inside a drain (30 s).
+    api.setMembers({ port: 3128, ipv4: ["127.0.0.2", "127.0.0.9"] });
+    await until(
+      "the new member listed (not checked yet), the IPv6 slice emptied",
+      25_000,
+      async () =>
+        same(conditionsOf(api, "egress-checked"), [
+          ["127.0.0.2", { ready: true }],
+          ["127.0.0.9", {}],
+        ]) && same(conditionsOf(api, "egress-checked-ipv6"), [])
+          ? true
+          : undefined,
+    );
+
+    // Someone edits the slice (kubectl, an older exporter's JSON patch): the next round puts it back, and owns it again.
+    api.strayUpdate("egress-checked", "kubectl-edit", {
+      endpoints: [{ addresses: ["127.0.0.2"], conditions: { ready: false } }],
+    });
+    assert.deepEqual(api.owners("egress-checked").endpoints, ["kubectl-edit"]);
+    await until("the stray write undone", 15_000, async () =>
+      same(conditionsOf(api, "egress-checked"), [
+        ["127.0.0.2", { ready: true }],
+        ["127.0.0.9", {}],
+      ])
+        ? true
+        : undefined,
+    );
+    assert.deepEqual(api.owners("egress-checked").endpoints, [FIELD_MANAGER]);
+
+    // A member list it cannot trust: said, and the slices stay as they are.
+    const before = JSON.stringify(api.slices.get("egress-checked"));
+    api.setMembers({ port: 3128, ipv4: ["not-an-address"] });
+    await until("the bad list reported", 15_000, async () =>
+      running
+        .stderr()
+        .includes("Secret crawlers/egress endpoints.json: ipv4 must be a list of IPv4 addresses")
+        ? true
+        : undefined,
+    );
+    assert.equal(JSON.stringify(api.slices.get("egress-checked")), before);
+    assert.equal(await running.terminate(), 0, running.stderr());
   });
 
-  it("outside a cluster, or with a malformed slice name, refuses to start (status 2) and says why", async () => {
+  it("without the Role's create, says so and is not ready (a rollout waits for it)", async () => {
+    const echo = await startEchoServer("127.0.0.1");
+    const member = await startForwardProxy({ host: "127.0.0.2", egressAddress: "127.0.0.2" });
+    servers.push(echo, member);
+    const api = await startApiStandIn({
+      token: TOKEN,
+      service: SERVICE,
+      members: { port: 3128, ipv4: ["127.0.0.2"] },
+      grants: ROLE.filter((grant) => grant.verb !== "create"),
+    });
+    apis.push(api);
+    const list = join(dir, "proxies-3.json");
+    writeFileSync(list, JSON.stringify([{ url: `http://127.0.0.2:${member.port}`, ready: null }]));
+    const running = await start(api, list, 1, echo.port);
+    await until("the refusal logged", 20_000, async () =>
+      /applying EndpointSlice crawlers\/egress-checked: 403 .*cannot create resource "endpointslices"/.test(
+        running.stderr(),
+      )
+        ? true
+        : undefined,
+    );
+    const health = await httpGet(`${running.base}/healthz`);
+    assert.equal(health.status, 503);
+    assert.match(
+      health.body,
+      /the EndpointSlices of Service crawlers\/egress were not written yet/,
+    );
+    assert.equal(await running.terminate(), 0, running.stderr());
+  });
+
+  it("outside a cluster, with a malformed Service, or the old flag, refuses to start (status 2) and says why", async () => {
     const run = (args: string[], env: Record<string, string>) =>
       new Promise<{ status: number | null; stderr: string }>((resolve, reject) => {
         const child = spawn(
@@ -288,31 +273,34 @@ describe("egress-proxies check --serve --endpointslice keeps the slice's readine
         child.on("close", (code) => resolve({ status: code, stderr: err }));
       });
     const outside = await run(
-      ["--serve", "127.0.0.1:0", "--endpointslice", "crawlers/egress-vms"],
+      ["--serve", "127.0.0.1:0", "--endpointslices", "crawlers/egress"],
       {},
     );
     assert.equal(outside.status, 2);
     assert.match(
       outside.stderr,
-      /--endpointslice runs inside the cluster \(KUBERNETES_SERVICE_HOST is not set\)/,
+      /--endpointslices runs inside the cluster \(KUBERNETES_SERVICE_HOST is not set\)/,
     );
-    const noToken = await run(
-      ["--serve", "127.0.0.1:0", "--endpointslice", "crawlers/egress-vms"],
-      {
-        KUBERNETES_SERVICE_HOST: "127.0.0.1",
-        EGRESS_KUBE_SERVICEACCOUNT_DIR: join(dir, "missing"),
-      },
-    );
+    const noToken = await run(["--serve", "127.0.0.1:0", "--endpointslices", "crawlers/egress"], {
+      KUBERNETES_SERVICE_HOST: "127.0.0.1",
+      EGRESS_KUBE_SERVICEACCOUNT_DIR: join(dir, "missing"),
+    });
     assert.equal(noToken.status, 2);
     assert.match(
       noToken.stderr,
       /needs the pod's service account: .*ca\.crt cannot be read \(ENOENT\)/,
     );
-    const malformed = await run(["--serve", "127.0.0.1:0", "--endpointslice", "Crawlers"], {});
+    const malformed = await run(["--serve", "127.0.0.1:0", "--endpointslices", "Crawlers"], {});
     assert.equal(malformed.status, 2);
-    assert.match(malformed.stderr, /--endpointslice must be <namespace>\/<name>/);
-    const lonely = await run(["--endpointslice", "crawlers/egress-vms"], {});
+    assert.match(malformed.stderr, /--endpointslices must be <namespace>\/<service>/);
+    const old = await run(["--serve", "127.0.0.1:0", "--endpointslice", "crawlers/egress-vms"], {});
+    assert.equal(old.status, 2);
+    assert.match(
+      old.stderr,
+      /--endpointslice is gone: .*give --endpointslices <namespace>\/<service>/,
+    );
+    const lonely = await run(["--endpointslices", "crawlers/egress"], {});
     assert.equal(lonely.status, 2);
-    assert.match(lonely.stderr, /--endpointslice needs --serve/);
+    assert.match(lonely.stderr, /--endpointslices needs --serve/);
   });
 });

@@ -445,7 +445,7 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     }
   });
 
-  it("dual stack: both URLs per proxy, an IPv6 EndpointSlice beside the IPv4 one, a PreferDualStack Service", async () => {
+  it("dual stack: both URLs per proxy, both families in the member list the exporter writes its slices from, a PreferDualStack Service", async () => {
     const instance = new pool.EgressProxyPool("dual", {
       backends: [KVM("kvm1"), PROXMOX("pve1"), KVM("kvm2")],
       count: 3,
@@ -482,6 +482,46 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       proxies.flatMap((proxy) => [`http://${proxy.ip}:3128`, `http://[${proxy.ipv6Address}]:3128`]),
     );
     assert.ok(proxies.every((proxy) => proxy.egressIpv6?.startsWith("2001:db8:ffff::")));
+    // The exporter writes both families' slices: Pulumi declares none, and lists the members in the Secret.
+    assert.equal(
+      registered.filter((r) => r.type === "kubernetes:discovery.k8s.io/v1:EndpointSlice").length,
+      0,
+    );
+    const secret = plain(
+      registered.find((r) => r.type === "kubernetes:core/v1:Secret")!.inputs,
+    ) as { stringData: Record<string, string> };
+    assert.deepEqual(JSON.parse(secret.stringData["endpoints.json"]!), {
+      port: 3128,
+      ipv4: proxies.map((proxy) => proxy.ip),
+      ipv6: v6,
+    });
+    const service = plain(
+      registered.find((r) => r.type === "kubernetes:core/v1:Service")!.inputs,
+    ) as { spec: { ipFamilyPolicy?: string } };
+    assert.equal(service.spec.ipFamilyPolicy, "PreferDualStack");
+    const deployment = plain(
+      registered.find((r) => r.type === "kubernetes:apps/v1:Deployment")!.inputs,
+    ) as { spec: { template: { spec: { containers: Array<{ command: string[] }> } } } };
+    const command = deployment.spec.template.spec.containers[0]!.command;
+    const egressUrlIpv6 = command.indexOf("--egress-url-ipv6");
+    assert.equal(command[egressUrlIpv6 + 1], "http://[2001:db8::7]/ip");
+    assert.equal(command[command.indexOf("--endpointslices") + 1], "crawlers/egress");
+    const role = plain(
+      registered.find((r) => r.type === "kubernetes:rbac.authorization.k8s.io/v1:Role")!.inputs,
+    ) as { rules: Array<{ resourceNames?: string[]; verbs: string[] }> };
+    assert.deepEqual(role.rules[0]!.resourceNames, ["egress-checked", "egress-checked-ipv6"]);
+  });
+
+  it("dual stack without the exporter: Pulumi writes an IPv6 EndpointSlice beside the IPv4 one", async () => {
+    const instance = new pool.EgressProxyPool("dual", {
+      backends: [KVM("kvm1"), KVM("kvm2")],
+      count: 2,
+      ipFamilies: ["ipv4", "ipv6"],
+      squid: { allowedClientCidrs: ["10.0.0.0/8", "fd00::/8"] },
+      kubernetes: { namespace: "crawlers", name: "egress" },
+    } as never);
+    const proxies = await valueOf(instance.proxies);
+    await settle();
     const slices = registered
       .filter((r) => r.type === "kubernetes:discovery.k8s.io/v1:EndpointSlice")
       .map((r) => plain(r.inputs)) as Array<{
@@ -497,36 +537,17 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       ],
     );
     assert.deepEqual(
-      slices[1].endpoints.flatMap((endpoint) => endpoint.addresses),
-      v6,
+      slices[1]!.endpoints.flatMap((endpoint) => endpoint.addresses),
+      proxies.map((proxy) => proxy.ipv6Address),
     );
-    assert.equal(slices[1].metadata.labels["kubernetes.io/service-name"], "egress");
-    const service = plain(
-      registered.find((r) => r.type === "kubernetes:core/v1:Service")!.inputs,
-    ) as { spec: { ipFamilyPolicy?: string } };
-    assert.equal(service.spec.ipFamilyPolicy, "PreferDualStack");
-    // The exporter keeps both slices' ready conditions, and may get and patch exactly those two.
-    const deployment = plain(
-      registered.find((r) => r.type === "kubernetes:apps/v1:Deployment")!.inputs,
-    ) as { spec: { template: { spec: { containers: Array<{ command: string[] }> } } } };
-    const command = deployment.spec.template.spec.containers[0]!.command;
-    const egressUrlIpv6 = command.indexOf("--egress-url-ipv6");
-    assert.equal(command[egressUrlIpv6 + 1], "http://[2001:db8::7]/ip");
-    assert.deepEqual(
-      command.flatMap((arg, index) => (arg === "--endpointslice" ? [command[index + 1]] : [])),
-      ["crawlers/egress-vms", "crawlers/egress-vms-ipv6"],
-    );
-    const role = plain(
-      registered.find((r) => r.type === "kubernetes:rbac.authorization.k8s.io/v1:Role")!.inputs,
-    ) as { rules: Array<{ resourceNames: string[]; verbs: string[] }> };
-    assert.deepEqual(
-      role.rules.map((rule) => [rule.resourceNames, rule.verbs]),
-      [
-        [
-          ["egress-vms", "egress-vms-ipv6"],
-          ["get", "patch"],
-        ],
-      ],
+    assert.equal(slices[1]!.metadata.labels["kubernetes.io/service-name"], "egress");
+    const secret = plain(
+      registered.find((r) => r.type === "kubernetes:core/v1:Secret")!.inputs,
+    ) as { stringData: Record<string, string> };
+    assert.equal(
+      secret.stringData["endpoints.json"],
+      undefined,
+      "the member list is the exporter's",
     );
   });
 
@@ -829,10 +850,10 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       "http://example.com/",
       "--connect",
       "example.com:443",
-      "--endpointslice",
-      "crawlers/egress-vms",
+      "--endpointslices",
+      "crawlers/egress",
     ]);
-    // Its own account, allowed to get and patch that one slice and nothing else.
+    // Its own account: it reads the pool's Secret and Service and writes the pool's slices, nothing else.
     assert.equal(
       (deployment.spec.template.spec as unknown as { serviceAccountName: string })
         .serviceAccountName,
@@ -850,8 +871,16 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       {
         apiGroups: ["discovery.k8s.io"],
         resources: ["endpointslices"],
-        resourceNames: ["egress-vms"],
+        resourceNames: ["egress-checked", "egress-checked-ipv6"],
         verbs: ["get", "patch"],
+      },
+      // RBAC cannot narrow create by name.
+      { apiGroups: ["discovery.k8s.io"], resources: ["endpointslices"], verbs: ["create"] },
+      {
+        apiGroups: [""],
+        resources: ["secrets", "services"],
+        resourceNames: ["egress"],
+        verbs: ["get"],
       },
     ]);
     const binding = byType("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding") as {
@@ -862,10 +891,14 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     assert.deepEqual(binding.subjects, [
       { kind: "ServiceAccount", name: "egress-check", namespace: "crawlers" },
     ]);
-    const slice = byType("kubernetes:discovery.k8s.io/v1:EndpointSlice") as {
-      metadata: { name: string };
-    };
-    assert.equal(slice.metadata.name, "egress-vms");
+    // One writer per slice: the exporter's; Pulumi declares none.
+    assert.equal(
+      registered.filter(
+        (r) =>
+          r.type === "kubernetes:discovery.k8s.io/v1:EndpointSlice" && r.name.startsWith("watched"),
+      ).length,
+      0,
+    );
     assert.equal(container.image, "node:26-slim");
     assert.equal(container.livenessProbe.httpGet.path, "/healthz");
     assert.equal(container.securityContext.readOnlyRootFilesystem, true);
@@ -918,7 +951,16 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       };
     };
     assert.equal(deployment.spec.template.spec.automountServiceAccountToken, false);
-    assert.ok(!deployment.spec.template.spec.containers[0]!.command.includes("--endpointslice"));
+    assert.ok(!deployment.spec.template.spec.containers[0]!.command.includes("--endpointslices"));
+    // Pulumi writes the slice then, as without an exporter.
+    assert.equal(
+      registered.filter(
+        (r) =>
+          r.type === "kubernetes:discovery.k8s.io/v1:EndpointSlice" &&
+          r.name.startsWith("tokenless"),
+      ).length,
+      1,
+    );
     assert.equal(
       registered.filter((r) => r.name.startsWith("tokenless") && /rbac|ServiceAccount/.test(r.type))
         .length,
@@ -946,6 +988,52 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
         ) &&
         /kubernetes\.exporter\.port must be a whole number from 1024 to 65535/.test(error.message),
     );
+  });
+
+  it("one writer: with the exporter, a refresh that finds a member silent changes nothing Pulumi writes", async () => {
+    // The same pool after two refreshes: all answering, then "silent" (the mocks' re-check finding).
+    const publish = async (pool_: string, second: string, exporter: boolean) => {
+      registered = [];
+      const instance = new pool.EgressProxyPool(pool_, {
+        backends: [KVM("steady"), KVM(second)],
+        count: 2,
+        kubernetes: {
+          namespace: "crawlers",
+          name: "egress",
+          ...(exporter ? { exporter: { target: "http://example.com/" } } : {}),
+        },
+      });
+      const proxies = await valueOf(instance.proxies);
+      await settle();
+      const written = registered
+        .filter((r) => r.type.startsWith("kubernetes:") && r.name.startsWith(pool_))
+        .map((r) => [r.type, plain(r.inputs)] as [string, { stringData?: unknown }]);
+      return {
+        ready: proxies.map((proxy) => proxy.ready),
+        secret: written.find(([type]) => type === "kubernetes:core/v1:Secret")![1].stringData,
+        slices: written
+          .filter(([type]) => type.endsWith("EndpointSlice"))
+          .map(([, inputs]) => inputs),
+      };
+    };
+    const healthy = await publish("resync-a", "other", true);
+    const broken = await publish("resync-b", "silent", true);
+    assert.deepEqual(
+      [healthy.ready, broken.ready],
+      [
+        [true, true],
+        [true, false],
+      ],
+    );
+    assert.deepEqual(broken.secret, healthy.secret, "the Secret's inputs do not carry readiness");
+    assert.deepEqual([healthy.slices, broken.slices], [[], []], "no slice is Pulumi's");
+    // Control: without the exporter Pulumi is readiness's one writer, and the same refresh changes its inputs.
+    const alone = [
+      await publish("resync-c", "other", false),
+      await publish("resync-d", "silent", false),
+    ];
+    assert.notDeepEqual(alone[1]!.secret, alone[0]!.secret);
+    assert.notDeepEqual(alone[1]!.slices, alone[0]!.slices);
   });
 
   it("publishes a member that refresh found stopped as not ready, its running sibling as ready", async () => {
