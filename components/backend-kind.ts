@@ -6,7 +6,7 @@
  */
 import * as pulumi from "@pulumi/pulumi";
 import { z } from "zod";
-import type { EgressCheckArgs } from "../provider/common/resource-props";
+import type { EgressCheckArgs, GuestFilesValue } from "../provider/common/resource-props";
 import type { PlacedProxy } from "./placement";
 import { addressEntries } from "./rotate-entries";
 
@@ -21,6 +21,8 @@ export interface PoolDecisions<PoolSettings = unknown> {
   tags?: string[];
   /** squid's cloud-init (secret). */
   userData: pulumi.Output<string>;
+  /** What of it a running VM member gets in place when it changes (secret; common/guest-files.ts). */
+  guestFiles: pulumi.Output<GuestFilesValue>;
   readiness: { mode: "port" | "address" | "none"; port: number };
   egressCheck: EgressCheckArgs | undefined;
   /** The squid port every VM proxy listens on. */

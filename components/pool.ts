@@ -57,7 +57,9 @@ import {
   DEFAULT_SQUID_PORT,
   poolUserData,
   squidCloudConfig,
+  squidGuestFiles,
   squidSettingsProblems,
+  squidUserDataIdentity,
   type SquidSettings,
 } from "./squid-cloud-init";
 
@@ -382,7 +384,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
         ? decisions
         : {
             ...decisions,
-            userData: this.userData(args, decisions.basicAuth?.password, prefix),
+            ...this.guestSoftware(args, decisions.basicAuth?.password, prefix),
             egressCheck: this.egressCheck(args, prefix),
           };
     return kind.declare(`${name}-${proxy.key}`, settings, proxy, own);
@@ -401,7 +403,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       machine: args.machine,
       poolSettings: args,
       tags: args.tags,
-      userData: this.userData(args, password),
+      ...this.guestSoftware(args, password),
       readiness: { mode: args.readiness?.mode ?? "port", port },
       egressCheck: this.egressCheck(args),
       ...(args.ipFamilies === undefined ? {} : { ipFamilies: args.ipFamilies }),
@@ -439,20 +441,33 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     return groups;
   }
 
-  /** One document for the whole pool; secret because it may carry the password hash and the user's extra cloud-init. */
-  private userData(
+  /**
+   * One document for the whole pool, and the files of it that running members
+   * get in place when they change; secret because they may carry the password
+   * hash and the user's extra cloud-init.
+   */
+  private guestSoftware(
     args: EgressProxyPoolArgs,
     password: pulumi.Output<string> | undefined,
     prefixEgress?: PrefixEgressSettings,
-  ): pulumi.Output<string> {
-    return pulumi
+  ): Pick<PoolDecisions<EgressProxyPoolArgs>, "userData" | "guestFiles"> {
+    const settings = pulumi
       .secret(pulumi.all([password, args.extraCloudInit]))
       .apply(([knownPassword, extra]) => {
         const settings = squidSettings(args.squid, knownPassword ?? "", prefixEgress);
         const problems = squidSettingsProblems(settings);
         if (problems.length > 0) throw new PoolArgsError(problems.join("; "));
-        return poolUserData(squidCloudConfig(settings), extra);
+        return { settings, extra };
       });
+    return {
+      userData: settings.apply(({ settings, extra }) =>
+        poolUserData(squidCloudConfig(settings), extra),
+      ),
+      guestFiles: settings.apply(({ settings, extra }) => ({
+        ...squidGuestFiles(settings),
+        userDataIdentity: squidUserDataIdentity(settings, extra),
+      })),
+    };
   }
 
   /** The pool's egress check, with squid's basic auth so the request is let through. */

@@ -44,13 +44,22 @@ export interface PrefixEgressSettings {
   count?: number;
 }
 
-/** The pieces a squid cloud-config takes in (YAML lines already indented for their lists). */
+/** A file the guest gets: written by cloud-init at first boot, delivered in place after (common/guest-files.ts). */
+export interface GuestFileText {
+  path: string;
+  permissions: string;
+  content: string;
+}
+
+/** The pieces a squid cloud-config takes in. */
 export interface PrefixEgressParts {
   packages: string[];
   /** Entries under `write_files:`. */
-  writeFiles: string[];
-  /** Entries under `runcmd:`, to run before squid reloads (so its parent is there). */
-  commands: string[];
+  files: GuestFileText[];
+  /** Entries under `runcmd:` (argv), to run before squid reloads (so its parent is there). */
+  commands: string[][];
+  /** What delivering changed files in place runs instead: the units restarted onto the new files. */
+  inPlaceCommands: string[][];
   /** squid.conf directives that send every request through the dialer. */
   squidConfigLines: string[];
 }
@@ -223,21 +232,11 @@ export function prefixDialerUnit(settings: PrefixEgressSettings): string {
   ].join("\n");
 }
 
-/** `content: |` body lines, indented under the key. A literal block keeps every character as written. */
-const literalBlock = (text: string, indent: string): string[] =>
-  text
-    .split("\n")
-    .filter((line, index, all) => !(index === all.length - 1 && line === ""))
-    .map((line) => (line === "" ? "" : indent + line));
-
-function writeFile(path: string, permissions: string, content: string): string[] {
-  return [
-    `  - path: ${path}`,
-    `    permissions: "${permissions}"`,
-    `    content: |`,
-    ...literalBlock(content, "      "),
-  ];
-}
+const file = (path: string, permissions: string, content: string): GuestFileText => ({
+  path,
+  permissions,
+  content,
+});
 
 /** Everything the squid cloud-config adds for a prefix; throws with every problem when the settings are wrong. */
 export function prefixEgressParts(settings: PrefixEgressSettings): PrefixEgressParts {
@@ -246,20 +245,27 @@ export function prefixEgressParts(settings: PrefixEgressSettings): PrefixEgressP
     // Always there on Debian and Ubuntu cloud images (cloud-init is Python); listed so a
     // slimmed image fails loudly at package install rather than silently at dialer start.
     packages: ["python3"],
-    writeFiles: [
-      ...writeFile(DIALER_PATH, "0755", PREFIX_DIALER_SCRIPT),
-      ...writeFile(`/etc/systemd/system/${ROUTE_UNIT}`, "0644", prefixRouteUnit(prefix)),
-      ...writeFile(`/etc/systemd/system/${DIALER_UNIT}`, "0644", prefixDialerUnit(settings)),
-      ...writeFile(
+    files: [
+      file(DIALER_PATH, "0755", PREFIX_DIALER_SCRIPT),
+      file(`/etc/systemd/system/${ROUTE_UNIT}`, "0644", prefixRouteUnit(prefix)),
+      file(`/etc/systemd/system/${DIALER_UNIT}`, "0644", prefixDialerUnit(settings)),
+      file(
         SYSCTL_PATH,
         "0644",
         "# egress-proxies: the prefix dialer binds addresses of its routed prefix that no interface carries\nnet.ipv6.ip_nonlocal_bind = 1\n",
       ),
     ],
     commands: [
-      `  - [sysctl, -p, ${SYSCTL_PATH}]`,
-      "  - [systemctl, daemon-reload]",
-      `  - [systemctl, enable, --now, ${ROUTE_UNIT}, ${DIALER_UNIT}]`,
+      ["sysctl", "-p", SYSCTL_PATH],
+      ["systemctl", "daemon-reload"],
+      ["systemctl", "enable", "--now", ROUTE_UNIT, DIALER_UNIT],
+    ],
+    inPlaceCommands: [
+      ["sysctl", "-p", SYSCTL_PATH],
+      ["systemctl", "daemon-reload"],
+      ["systemctl", "enable", ROUTE_UNIT, DIALER_UNIT],
+      // restart starts a unit that was not running: either way it runs the new files.
+      ["systemctl", "restart", ROUTE_UNIT, DIALER_UNIT],
     ],
     squidConfigLines: prefixSquidConfigLines(),
   };

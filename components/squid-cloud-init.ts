@@ -9,12 +9,14 @@
  * `merge_how` so cloud-init appends our lists (packages, write_files, runcmd)
  * to the user's and keeps the user's value wherever both set the same key.
  */
+import { createHash } from "node:crypto";
 import { isIP } from "node:net";
 import { buildMultipart } from "../provider/nocloud";
 import { htpasswdLine } from "./password-hash";
 import {
   prefixEgressParts,
   prefixEgressProblems,
+  type GuestFileText,
   type PrefixEgressSettings,
 } from "./prefix-egress";
 
@@ -133,44 +135,93 @@ const literalBlock = (text: string, indent: string): string =>
     .map((line) => (line === "" ? "" : indent + line))
     .join("\n");
 
+/** One `write_files` entry. Deferred: written after packages are installed (see squidCloudConfig). */
+function writeFileEntry(file: GuestFileText, defer: boolean): string[] {
+  return [
+    `  - path: ${file.path}`,
+    `    permissions: "${file.permissions}"`,
+    ...(defer ? [`    defer: true`] : []),
+    `    content: |`,
+    ...(file.content === "" ? [] : [literalBlock(file.content, "      ")]),
+  ];
+}
+
+/** A `runcmd` entry: a YAML flow list, an argument quoted when YAML would read it otherwise. */
+const runcmdEntry = (argv: readonly string[]): string =>
+  `  - [${argv.map((arg) => (/^[A-Za-z0-9_./=-]+$/.test(arg) ? arg : `'${arg.replace(/'/g, "''")}'`)).join(", ")}]`;
+
+/** squid's helper runs as the package's user: "proxy" on Debian, "squid" elsewhere. */
+const CHGRP_PASSWORD_FILE = [
+  "sh",
+  "-c",
+  `chgrp "$(getent group proxy >/dev/null && echo proxy || echo squid)" ${SQUID_PASSWORD_FILE}`,
+];
+// A reload, not a restart: the squid the package started runs the package's squid.conf, and a
+// squid always waits shutdown_lifetime + 1 s before it exits (30 + 1 by default), idle or not: a
+// restart added half a minute to every first boot. The reload (SIGHUP) applies our ports, ACLs,
+// helpers and parent at once; a squid that is not running is started.
+const RELOAD_SQUID = ["systemctl", "reload-or-restart", "squid"];
+
+/**
+ * What the guest's software reads, as files and the commands that make it
+ * read them: written by our cloud-config at first boot, and delivered into
+ * a running member when they change (common/guest-files.ts), so a changed
+ * squid.conf or dialer reaches the fleet without replacing a VM.
+ */
+export function squidGuestFiles(settings: SquidSettings): {
+  files: GuestFileText[];
+  commands: string[][];
+  listensOn: number;
+} {
+  const prefix = settings.prefixEgress ? prefixEgressParts(settings.prefixEgress) : undefined;
+  return {
+    files: [
+      { path: SQUID_CONFIG_PATH, permissions: "0644", content: squidConfig(settings) },
+      ...(settings.basicAuth === undefined
+        ? []
+        : [
+            {
+              path: SQUID_PASSWORD_FILE,
+              permissions: "0640",
+              content: htpasswdLine(settings.basicAuth.user, settings.basicAuth.password) + "\n",
+            },
+          ]),
+      ...(prefix?.files ?? []),
+    ],
+    commands: [
+      ...(prefix?.inPlaceCommands ?? []),
+      ...(settings.basicAuth === undefined ? [] : [CHGRP_PASSWORD_FILE]),
+      RELOAD_SQUID,
+    ],
+    listensOn: settings.port,
+  };
+}
+
 /** The default user-data: a cloud-config for squid. */
 export function squidCloudConfig(settings: SquidSettings): string {
+  return renderSquidCloudConfig(settings, (file) => file);
+}
+
+/**
+ * What in the user-data is not the files delivered in place: the document
+ * with every file's text left out, and the user's extra cloud-init. A change
+ * of it (packages, the user's document) replaces the VM; a change of only the
+ * files is delivered (common/guest-files.ts, `userDataIdentity`).
+ */
+export function squidUserDataIdentity(settings: SquidSettings, extraCloudInit?: string): string {
+  const skeleton = renderSquidCloudConfig(settings, (file) => ({ ...file, content: "" }));
+  return createHash("sha256").update(poolUserData(skeleton, extraCloudInit)).digest("hex");
+}
+
+function renderSquidCloudConfig(
+  settings: SquidSettings,
+  shown: (file: GuestFileText) => GuestFileText,
+): string {
   const problems = squidSettingsProblems(settings);
   if (problems.length > 0) throw new Error(problems.join("; "));
-  const files = [
-    // Deferred: written after packages are installed, so the package's own
-    // squid.conf never overwrites ours and dpkg asks no conffile question.
-    `  - path: ${SQUID_CONFIG_PATH}`,
-    `    permissions: "0644"`,
-    `    defer: true`,
-    `    content: |`,
-    literalBlock(squidConfig(settings), "      "),
-  ];
-  const commands: string[] = [];
-  if (settings.basicAuth !== undefined) {
-    files.push(
-      `  - path: ${SQUID_PASSWORD_FILE}`,
-      `    permissions: "0640"`,
-      `    defer: true`,
-      `    content: |`,
-      literalBlock(htpasswdLine(settings.basicAuth.user, settings.basicAuth.password), "      "),
-    );
-    // squid's helper runs as the package's user: "proxy" on Debian, "squid" elsewhere.
-    commands.push(
-      `  - [sh, -c, 'chgrp "$(getent group proxy >/dev/null && echo proxy || echo squid)" ${SQUID_PASSWORD_FILE}']`,
-    );
-  }
-  // Hook: the prefix dialer's files, and its units started before squid reloads onto it.
   const prefix = settings.prefixEgress ? prefixEgressParts(settings.prefixEgress) : undefined;
-  if (prefix !== undefined) {
-    files.push(...prefix.writeFiles);
-    commands.push(...prefix.commands);
-  }
-  // A reload, not a restart: the squid the package started runs the package's squid.conf, and a
-  // squid always waits shutdown_lifetime + 1 s before it exits (30 + 1 by default), idle or not: a
-  // restart added half a minute to every first boot. The reload (SIGHUP) applies our ports, ACLs,
-  // helpers and parent at once; a squid that is not running is started.
-  commands.push("  - [systemctl, reload-or-restart, squid]");
+  const { files } = squidGuestFiles(settings);
+  const ours = files.filter((file) => !prefix?.files.some((each) => each.path === file.path));
   return [
     "#cloud-config",
     "# egress-proxies: squid forward proxy (EgressProxyPool's default user-data)",
@@ -183,9 +234,15 @@ export function squidCloudConfig(settings: SquidSettings): string {
     "  - squid",
     ...(prefix?.packages ?? []).map((name) => `  - ${name}`),
     "write_files:",
-    ...files,
+    // Deferred: written after packages are installed, so the package's own
+    // squid.conf never overwrites ours and dpkg asks no conffile question.
+    ...ours.flatMap((file) => writeFileEntry(shown(file), true)),
+    // Hook: the prefix dialer's files, and its units started before squid reloads onto it.
+    ...(prefix?.files ?? []).flatMap((file) => writeFileEntry(shown(file), false)),
     "runcmd:",
-    ...commands,
+    ...(settings.basicAuth === undefined ? [] : [runcmdEntry(CHGRP_PASSWORD_FILE)]),
+    ...(prefix?.commands ?? []).map(runcmdEntry),
+    runcmdEntry(RELOAD_SQUID),
     "",
   ].join("\n");
 }

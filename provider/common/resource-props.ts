@@ -24,6 +24,21 @@ export type EgressCheckArgs = pulumi.Input<{
   proxyAuth?: pulumi.Input<{ user: pulumi.Input<string>; password: pulumi.Input<string> }>;
 }>;
 
+/**
+ * `guestFiles`, the same on both VM resources (provider/common/guest-files.ts
+ * checks it): files the user-data writes, delivered into the running guest
+ * through its agent when they change, then `commands` run there, then
+ * `listensOn` must be listened on. With `userDataIdentity`, user-data replaces
+ * the VM only when that identity changes. Stored as a secret.
+ */
+export interface GuestFilesValue {
+  files: { path: string; content: string; permissions?: string }[];
+  commands?: string[][];
+  listensOn?: number;
+  userDataIdentity?: string;
+}
+export type GuestFilesArgs = pulumi.Input<GuestFilesValue>;
+
 /** Which address families a proxy VM takes and how it gets IPv6 (common/ip-families.ts). */
 export interface IpFamilyArgs {
   /** Default ["ipv4"]; ["ipv4", "ipv6"] is dual stack; ["ipv6"] takes no IPv4 address. */

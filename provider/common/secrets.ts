@@ -23,6 +23,10 @@ export const SECRET_INPUT_PATHS = [
   "userDataBase64",
   "vendorData",
   "networkConfig",
+  // The files user-data writes (a password file among them).
+  "guestFiles.files",
+  // A hash of the rest of the user-data: kept with it.
+  "guestFiles.userDataIdentity",
   "egressCheck.proxyAuth.password",
 ] as const;
 

@@ -7,7 +7,10 @@
 import type { ChangeTableOf } from "../common/diff";
 import type { KvmProxyInputs } from "./schema";
 
-export const KVM_CHANGE_TABLE: ChangeTableOf<KvmProxyInputs, "connection" | "image"> = {
+export const KVM_CHANGE_TABLE: ChangeTableOf<
+  KvmProxyInputs,
+  "connection" | "image" | "guestFiles"
+> = {
   "connection.host": "replace",
   "connection.port": "replace",
   "connection.user": "update",
@@ -38,6 +41,11 @@ export const KVM_CHANGE_TABLE: ChangeTableOf<KvmProxyInputs, "connection" | "ima
   vendorData: "replace",
   installGuestAgent: "replace",
   networkConfig: "replace",
+  // Delivered into the running guest (common/guest-files.ts, which also decides what userData does then).
+  "guestFiles.files": "update",
+  "guestFiles.commands": "update",
+  "guestFiles.listensOn": "update",
+  "guestFiles.userDataIdentity": "replace",
   // The seed's network-config follows them (common/ip-families.ts).
   ipFamilies: "replace",
   ipv6: "replace",

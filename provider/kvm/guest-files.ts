@@ -1,9 +1,11 @@
 /**
- * Files read in a guest through its qemu-guest-agent (libvirt's passthrough:
- * guest-file-open, guest-file-read until end of file, guest-file-close), and
- * what the guest's socket tables say of the proxy's port (common/guest-view.ts).
+ * Files read and written in a guest through its qemu-guest-agent (libvirt's
+ * passthrough: guest-file-open/read/write/close), commands run there
+ * (guest-exec, guest-exec-status), and what the guest's socket tables say of
+ * the proxy's port (common/guest-view.ts).
  */
 import type { Deadline } from "../common/deadline";
+import { untilExited, type GuestChannel, type GuestExecStatus } from "../common/guest-files";
 import { GUEST_SOCKET_TABLES, guestViewOf, type GuestView } from "../common/guest-view";
 import type { DomainHandle } from "../libvirt-rpc-xdr";
 import type { LibvirtHost } from "./host";
@@ -15,6 +17,10 @@ const MAX_FILE_BYTES = 1024 * 1024;
 /** Longest the agent may take for one command: a guest that slow is not answering. */
 const AGENT_COMMAND_SECONDS = 5;
 
+/** One agent command's timeout: at most AGENT_COMMAND_SECONDS, never past the deadline. */
+const commandSeconds = (deadline: Deadline) =>
+  Math.max(1, Math.min(AGENT_COMMAND_SECONDS, Math.floor(deadline.remainingMs() / 1000)));
+
 /** The text of `path` in the guest, through its agent. */
 export async function readGuestFile(
   host: LibvirtHost,
@@ -22,8 +28,16 @@ export async function readGuestFile(
   path: string,
   deadline: Deadline,
 ): Promise<string> {
-  const seconds = () =>
-    Math.max(1, Math.min(AGENT_COMMAND_SECONDS, Math.floor(deadline.remainingMs() / 1000)));
+  return (await readGuestFileBytes(host, dom, path, deadline)).toString("latin1");
+}
+
+async function readGuestFileBytes(
+  host: LibvirtHost,
+  dom: DomainHandle,
+  path: string,
+  deadline: Deadline,
+): Promise<Buffer> {
+  const seconds = () => commandSeconds(deadline);
   const handle = await host.agentCommand(dom, "guest-file-open", { path, mode: "r" }, seconds());
   const chunks: Buffer[] = [];
   let size = 0;
@@ -46,7 +60,77 @@ export async function readGuestFile(
   } finally {
     await host.agentCommand(dom, "guest-file-close", { handle }, seconds()).catch(() => undefined);
   }
-  return Buffer.concat(chunks).toString("latin1");
+  return Buffer.concat(chunks);
+}
+
+/** Replaces `path` in the guest with `content`. */
+async function writeGuestFile(
+  host: LibvirtHost,
+  dom: DomainHandle,
+  path: string,
+  content: Buffer,
+  deadline: Deadline,
+): Promise<void> {
+  const seconds = () => commandSeconds(deadline);
+  const handle = await host.agentCommand(dom, "guest-file-open", { path, mode: "w" }, seconds());
+  try {
+    for (let at = 0; at < content.length; at += READ_CHUNK_BYTES) {
+      const chunk = content.subarray(at, at + READ_CHUNK_BYTES);
+      await host.agentCommand(
+        dom,
+        "guest-file-write",
+        { handle, "buf-b64": chunk.toString("base64") },
+        seconds(),
+      );
+    }
+  } finally {
+    await host.agentCommand(dom, "guest-file-close", { handle }, seconds()).catch(() => undefined);
+  }
+}
+
+/** Runs argv in the guest (the agent searches PATH) and waits for it to exit, within the deadline. */
+async function runInGuest(
+  host: LibvirtHost,
+  dom: DomainHandle,
+  argv: readonly string[],
+  deadline: Deadline,
+): Promise<{ exitCode: number; output: string }> {
+  const started = (await host.agentCommand(
+    dom,
+    "guest-exec",
+    { path: argv[0], arg: argv.slice(1), "capture-output": true },
+    commandSeconds(deadline),
+  )) as { pid?: unknown };
+  return untilExited(
+    async () =>
+      (await host.agentCommand(
+        dom,
+        "guest-exec-status",
+        { pid: started.pid },
+        commandSeconds(deadline),
+      )) as GuestExecStatus,
+    (data) => Buffer.from(data, "base64").toString("utf8"),
+    `\`${argv.join(" ")}\` in the guest`,
+    deadline,
+  );
+}
+
+/** The guest of `dom` as common/guest-files.ts reaches it. */
+export function guestChannelOf(
+  host: LibvirtHost,
+  dom: DomainHandle,
+  deadline: Deadline,
+): GuestChannel {
+  return {
+    read: (path) =>
+      readGuestFileBytes(host, dom, path, deadline).catch((error: unknown) => {
+        // The agent's own answer for a missing file; anything else is a real failure.
+        if (/No such file|ENOENT|failed to open/i.test((error as Error).message)) return undefined;
+        throw error;
+      }),
+    write: (path, content) => writeGuestFile(host, dom, path, content, deadline),
+    run: (argv) => runInGuest(host, dom, argv, deadline),
+  };
 }
 
 /** Whether the guest listens on `port`, from its socket tables; "unknown" when its agent cannot tell. */

@@ -13,6 +13,7 @@ import { checkWithAutonaming } from "../common/check";
 import { budgetedSteps } from "../common/disruption-rules";
 import { rememberGoneHosts } from "../common/gone-hosts";
 import type { CheckFailure } from "../common/inputs";
+import { changeTableWithGuestFiles } from "../common/guest-files";
 import { decideMemberDiff } from "../common/state-rules";
 import { rememberKvmProviderConfig } from "./connect";
 import { KVM_CHANGE_TABLE } from "./diff";
@@ -48,7 +49,12 @@ export async function check(
   olds: Props,
   news: Props,
 ): Promise<{ inputs: Props; failures: CheckFailure[] }> {
-  return checkWithAutonaming(KVM_CHANGE_TABLE, olds, news, validateKvmInputs);
+  return checkWithAutonaming(
+    changeTableWithGuestFiles(KVM_CHANGE_TABLE, olds, news),
+    olds,
+    news,
+    validateKvmInputs,
+  );
 }
 
 export async function diff(
@@ -56,7 +62,11 @@ export async function diff(
   olds: Props,
   news: Props,
 ): Promise<pulumi.dynamic.DiffResult> {
-  const decision = decideMemberDiff(KVM_CHANGE_TABLE, olds, news);
+  const decision = decideMemberDiff(
+    changeTableWithGuestFiles(KVM_CHANGE_TABLE, olds, news),
+    olds,
+    news,
+  );
   return {
     changes: decision.changes,
     replaces: decision.replaces,

@@ -3,6 +3,7 @@ import {
   resourceOptions,
   resourceProps,
   type EgressCheckArgs,
+  type GuestFilesArgs,
   type IpFamilyArgs,
   type TimeoutsArgs,
 } from "../common/resource-props";
@@ -91,6 +92,8 @@ export interface KvmProxyArgs extends IpFamilyArgs {
   userDataBase64?: pulumi.Input<string>;
   /** Extra vendor-data, any format; travels beside the guest-agent script; stored as a secret. */
   vendorData?: pulumi.Input<string>;
+  /** Files the user-data writes, delivered in place when they change (docs/day2.md, "Upgrades in place"); a secret. */
+  guestFiles?: GuestFilesArgs;
   /** Install qemu-guest-agent with a vendor-data script (default true); the address comes from it. */
   installGuestAgent?: pulumi.Input<boolean>;
   /** NoCloud network-config (v1 or v2); stored as a secret. */

@@ -4,6 +4,7 @@
  * `pulumi preview` validates without reaching any host.
  */
 import { z } from "zod";
+import { guestFilesSchema } from "../common/guest-files";
 import { egressCheckSchema } from "../common/egress";
 import { ipFamiliesShape, ipFamilyProblems } from "../common/ip-families";
 import { parseProxyJump } from "../ssh/jump";
@@ -263,6 +264,8 @@ export const kvmProxyInputsSchema = z
     networkConfig: z
       .string({ error: "networkConfig must be NoCloud network-config text (v1 or v2)" })
       .optional(),
+    /** Files the user-data writes, delivered in place when they change (common/guest-files.ts). */
+    guestFiles: guestFilesSchema,
     // Behaviour.
     ...vmLifecycleShape,
     readiness: kvmReadinessSchema.default({ mode: "port", port: 3128 }),

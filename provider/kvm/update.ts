@@ -1,4 +1,4 @@
-/** KvmProxy update: what changes in place (autostart, power), a resumed create, and the egress heal. */
+/** KvmProxy update: what changes in place (autostart, power, guest files), a resumed create, and the egress heal. */
 import { Deadline } from "../common/deadline";
 import { plainJson as plain } from "../common/check";
 import { PermanentError } from "../common/errors";
@@ -7,6 +7,7 @@ import { isIncompleteCreate } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
 import { restartAdmitted } from "../common/disruption-rules";
 import { EgressHealFailedError, needsEgressRestart } from "../common/egress-recheck";
+import { deliverGuestFiles, guestFilesToDeliver, type GuestFiles } from "../common/guest-files";
 import { ReplaceOnNextUpError } from "../common/replacement";
 import { openHost } from "./connect";
 import { parseDomainXml } from "./domain-xml";
@@ -26,6 +27,7 @@ import {
 } from "./steps";
 import { create } from "./create";
 import { findDomainOf } from "./read";
+import { guestChannelOf } from "./guest-files";
 
 /**
  * In-place changes only. Credentials, readiness and timeouts touch no VM;
@@ -41,8 +43,17 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   const changes = {
     ...inPlaceChanges(olds, inputs),
     restart: needsEgressRestart(olds, inputs) && restartAdmitted(news),
+    guestFiles: inputs.running ? guestFilesToDeliver(olds, inputs) : undefined,
   };
-  if (!anyInPlaceChange(changes) && !changes.restart) return { outs };
+  // A VM left stopped gets its files when it runs again: state keeps what it has until then.
+  if (!inputs.running && guestFilesToDeliver(olds, inputs) !== undefined)
+    Object.assign(outs, {
+      guestFiles: olds.guestFiles,
+      userData: olds.userData,
+      userDataBase64: olds.userDataBase64,
+    });
+  if (!anyInPlaceChange(changes) && !changes.restart && changes.guestFiles === undefined)
+    return { outs };
   const deadline = deadlineFor(inputs.timeouts, "create");
   // Started again but never ready: stored running and marked, so the next up replaces it.
   const replaceOnNextUp = (reason: string, cause: Error) =>
@@ -68,7 +79,7 @@ async function applyOnHost(
   id: string,
   olds: Props,
   inputs: KvmProxyInputs,
-  changes: InPlaceChanges & { restart: boolean },
+  changes: InPlaceChanges & { restart: boolean; guestFiles: GuestFiles | undefined },
   deadline: Deadline,
   replaceOnNextUp: (reason: string, cause: Error) => Error,
 ): Promise<Props> {
@@ -82,7 +93,33 @@ async function applyOnHost(
   const description = parseDomainXml(await session.host.definedXml(handle));
   requireOurs(description.mark, inputs, `domain ${description.name} on ${session.label}`);
   if (changes.startOnBoot) await session.host.setAutostart(handle, inputs.startOnBoot);
-  if (!changes.running && !changes.restart) return {};
+  const power =
+    changes.running || changes.restart
+      ? await powerOnHost(session, handle, vmName, inputs, changes, deadline, replaceOnNextUp)
+      : {};
+  if (changes.guestFiles !== undefined && power.state !== "stopped") {
+    progressLog(
+      `KvmProxy ${vmName}: delivering ${changes.guestFiles.files.length} guest file(s) in place`,
+    );
+    await deliverGuestFiles(
+      guestChannelOf(session.host, handle, deadline),
+      changes.guestFiles,
+      `domain ${vmName} on ${session.label}`,
+    );
+  }
+  return power;
+}
+
+/** Power: shut down for running: false, or start (after a shutdown, for a restart) and wait like a new VM. */
+async function powerOnHost(
+  session: Awaited<ReturnType<typeof openHost>>,
+  handle: NonNullable<Awaited<ReturnType<typeof findDomainOf>>>,
+  vmName: string,
+  inputs: KvmProxyInputs,
+  changes: InPlaceChanges & { restart: boolean },
+  deadline: Deadline,
+  replaceOnNextUp: (reason: string, cause: Error) => Error,
+): Promise<Props> {
   if (!inputs.running) {
     progressLog(`KvmProxy ${vmName}: shutting down (running: false)`);
     await stopDomain(session.host, handle, deadline);

@@ -20,7 +20,8 @@ export interface ProxmoxConnection {
 }
 
 export type QueryValue = string | number | boolean | undefined;
-export type FormFields = Record<string, string | number | boolean | undefined>;
+/** A list is sent as the key repeated, which PVE reads as an array parameter (agent/exec's `command`). */
+export type FormFields = Record<string, string | number | boolean | readonly string[] | undefined>;
 
 export interface RequestOptions {
   /** Per-request deadline in ms; every request has one. */
@@ -245,7 +246,9 @@ function withQuery(path: string, query: Record<string, QueryValue>): string {
 function formBody(form: FormFields): { body: Buffer; contentType: string } {
   const params = new URLSearchParams();
   for (const [key, value] of Object.entries(form)) {
-    if (value !== undefined)
+    if (Array.isArray(value))
+      for (const item of value as readonly string[]) params.append(key, item);
+    else if (value !== undefined)
       params.append(key, typeof value === "boolean" ? (value ? "1" : "0") : String(value));
   }
   return { body: Buffer.from(params.toString()), contentType: "application/x-www-form-urlencoded" };

@@ -9,7 +9,7 @@ export type { DiffDecision };
  * from, its size, network and cloud-init) replaces; how we reach the API,
  * tags, readiness and timeouts update in place.
  */
-export const PROXMOX_CHANGE_TABLE: ChangeTableOf<ProxmoxProxyInputs> = {
+export const PROXMOX_CHANGE_TABLE: ChangeTableOf<ProxmoxProxyInputs, "guestFiles"> = {
   apiEndpoint: "replace",
   node: "replace",
   templateVmid: "replace",
@@ -28,6 +28,11 @@ export const PROXMOX_CHANGE_TABLE: ChangeTableOf<ProxmoxProxyInputs> = {
   userData: "replace",
   vendorData: "replace",
   installGuestAgent: "replace",
+  // Delivered into the running guest (common/guest-files.ts, which also decides what userData does then).
+  "guestFiles.files": "update",
+  "guestFiles.commands": "update",
+  "guestFiles.listensOn": "update",
+  "guestFiles.userDataIdentity": "replace",
   apiToken: "update",
   caCertPem: "update",
   insecure: "update",

@@ -2,6 +2,7 @@ import { checkWithAutonaming } from "../common/check";
 import { containsUnknown } from "../common/inputs";
 import { rememberGoneHosts } from "../common/gone-hosts";
 import { budgetedSteps } from "../common/disruption-rules";
+import { changeTableWithGuestFiles } from "../common/guest-files";
 import { decideMemberDiff } from "../common/state-rules";
 import { rememberProviderConfig } from "./connection";
 import { DiffDecision, PROXMOX_CHANGE_TABLE } from "./diff";
@@ -48,7 +49,8 @@ export async function check(
   olds: Props,
   news: Props,
 ): Promise<{ inputs: Props; failures: CheckFailure[] }> {
-  return checkWithAutonaming(PROXMOX_CHANGE_TABLE, olds, news, validateInputs, (inputs) => ({
+  const table = changeTableWithGuestFiles(PROXMOX_CHANGE_TABLE, olds, news);
+  return checkWithAutonaming(table, olds, news, validateInputs, (inputs) => ({
     ...inputs,
     // At preview the list may be unknown, or hold an unknown tag: kept as given.
     tags: containsUnknown(inputs.tags) ? inputs.tags : normalizeTags(inputs.tags),
@@ -56,7 +58,7 @@ export async function check(
 }
 
 export async function diff(_id: string, olds: Props, news: Props): Promise<DiffDecision> {
-  return decideMemberDiff(PROXMOX_CHANGE_TABLE, olds, news);
+  return decideMemberDiff(changeTableWithGuestFiles(PROXMOX_CHANGE_TABLE, olds, news), olds, news);
 }
 
 /**

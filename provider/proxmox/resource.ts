@@ -3,6 +3,7 @@ import {
   resourceOptions,
   resourceProps,
   type EgressCheckArgs,
+  type GuestFilesArgs,
   type IpFamilyArgs,
   type TimeoutsArgs,
 } from "../common/resource-props";
@@ -68,6 +69,8 @@ export interface ProxmoxProxyArgs extends IpFamilyArgs {
   userData?: pulumi.Input<string>;
   /** Extra vendor-data, any format; stored as a secret. */
   vendorData?: pulumi.Input<string>;
+  /** Files the user-data writes, delivered in place when they change (docs/day2.md, "Upgrades in place"); a secret. */
+  guestFiles?: GuestFilesArgs;
   /** Install qemu-guest-agent via a vendor-data script (default true). */
   installGuestAgent?: pulumi.Input<boolean>;
   /** Any text; a new value replaces the VM, created before the old one goes (EgressProxyPool's `rotate`). */

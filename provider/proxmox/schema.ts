@@ -1,4 +1,5 @@
 // Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
+import { guestFilesSchema } from "../common/guest-files";
 import { z } from "zod";
 import { egressCheckSchema } from "../common/egress";
 import { ipFamiliesShape, ipFamilyProblems } from "../common/ip-families";
@@ -112,6 +113,8 @@ const proxmoxProxyInputsObject = z.strictObject({
     .optional(),
   vendorData: z.string({ error: "vendorData must be a string" }).optional(),
   installGuestAgent: z.boolean({ error: "installGuestAgent must be true or false" }).default(true),
+  /** Files the user-data writes, delivered in place when they change (common/guest-files.ts). */
+  guestFiles: guestFilesSchema,
   // Behaviour.
   ...vmLifecycleShape,
   readiness: readinessSchema.default({ mode: "port", port: 3128 }),

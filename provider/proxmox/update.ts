@@ -1,4 +1,4 @@
-/** ProxmoxProxy update: what changes in place (config, power, autostart), and the egress heal. Facts (Fn) and rules: docs/proxmox.md. */
+/** ProxmoxProxy update: what changes in place (config, power, autostart, guest files), and the egress heal. Facts (Fn) and rules: docs/proxmox.md. */
 import { plainJson as plain } from "../common/check";
 import { sameValue } from "../common/diff";
 import { isPermanent, withContext } from "../common/errors";
@@ -13,6 +13,8 @@ import { restartAdmitted } from "../common/disruption-rules";
 import { EgressHealFailedError, needsEgressRestart } from "../common/egress-recheck";
 import { egressAtReadiness } from "../common/egress";
 import { ReplaceOnNextUpError } from "../common/replacement";
+import { deliverGuestFiles, guestFilesToDeliver } from "../common/guest-files";
+import { guestChannelOfVm } from "./guest-files";
 import { FormFields } from "./client";
 import { ProxmoxProxyOutputs } from "./schema";
 import { tagsValue } from "./vm-config";
@@ -50,10 +52,24 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   if (olds.startOnBoot !== spec.startOnBoot) changes.onboot = spec.startOnBoot ? 1 : 0;
   const carried = carriedOutputs(olds, spec, CARRIED_KEYS) as unknown as ProxmoxProxyOutputs;
   const restart = needsEgressRestart(olds, spec) && restartAdmitted(news);
+  const files = guestFilesToDeliver(olds, spec);
+  // A VM left stopped gets its files when it runs again: state keeps what it has until then.
+  if (files !== undefined && !spec.running)
+    Object.assign(carried, { guestFiles: olds.guestFiles, userData: olds.userData });
+  const deliver = async () => {
+    if (files === undefined || !spec.running) return;
+    progress(spec.vmName, `delivering ${files.files.length} guest file(s) into VMID ${ref.vmid}`);
+    await step("deliver guest files", () =>
+      deliverGuestFiles(guestChannelOfVm(client, ref, deadline), files, context.resource),
+    );
+  };
   try {
     if (Object.keys(changes).length > 0)
       await step("write config", () => writeConfig(client, ref, changes, deadline));
-    if (olds.running === spec.running && !restart) return { outs: plain({ ...carried }) };
+    if (olds.running === spec.running && !restart) {
+      await deliver();
+      return { outs: plain({ ...carried }) };
+    }
     if (!spec.running) {
       progress(spec.vmName, `shutting down VMID ${ref.vmid} (running: false)`);
       const how = await step("shut down", () => powerOffVm(client, ref, deadline));
@@ -84,6 +100,7 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
       );
     });
     const egress = await egressAtReadiness(ready.ip, spec, deadline, ready.ipv6Address);
+    await deliver();
     return { outs: plain({ ...ready, ...egress, egressProblem: null }) };
   } catch (error) {
     if (restart) {

@@ -17,7 +17,7 @@ export interface VmRef {
   vmid: number;
 }
 
-const vmPath = (ref: VmRef): string => `/nodes/${segment(ref.node)}/qemu/${ref.vmid}`;
+export const vmPath = (ref: VmRef): string => `/nodes/${segment(ref.node)}/qemu/${ref.vmid}`;
 
 /** F8 (docs/proxmox.md section 9, facts): a mid-clone entry has no name; `lock` only when set. */
 export interface ClusterVmEntry {

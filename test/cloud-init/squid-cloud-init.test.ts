@@ -14,7 +14,9 @@ import {
   poolUserData,
   squidCloudConfig,
   squidConfig,
+  squidGuestFiles,
   squidSettingsProblems,
+  squidUserDataIdentity,
   type SquidSettings,
 } from "../../components/squid-cloud-init";
 
@@ -89,6 +91,31 @@ describe("squid cloud-init (the pool's default user-data)", function () {
       config.defer && passwords.defer,
       "written after the package, so it is not overwritten",
     );
+  });
+
+  it("the files delivered in place are byte for byte what cloud-init writes at first boot, prefix dialer included", () => {
+    const prefixed: SquidSettings = {
+      ...SETTINGS,
+      // 3129 is the dialer's own loopback port.
+      port: 3128,
+      prefixEgress: { prefix: "2001:db8:7:100::/64", mode: "random" },
+    };
+    for (const settings of [SETTINGS, { ...SETTINGS, basicAuth: undefined }, prefixed]) {
+      const merged = mergedByCloudInit(
+        poolUserData(squidCloudConfig(settings), "#cloud-config\nruncmd: [[true]]\n"),
+      ).merged as { write_files: Array<{ path: string; content: string; permissions: string }> };
+      const delivered = squidGuestFiles(settings).files;
+      assert.deepEqual(
+        delivered.map((file) => [file.path, file.permissions, file.content]),
+        merged.write_files.map((file) => [file.path, file.permissions, file.content]),
+      );
+    }
+    // The identity leaves the files' text out: squid settings alone keep it, a prefix (a package) changes it.
+    const identity = squidUserDataIdentity(SETTINGS);
+    assert.equal(squidUserDataIdentity({ ...SETTINGS, extraConfigLines: [] }), identity);
+    assert.equal(squidUserDataIdentity({ ...SETTINGS, port: 3130 }), identity);
+    assert.notEqual(squidUserDataIdentity(prefixed), identity);
+    assert.notEqual(squidUserDataIdentity(SETTINGS, "#cloud-config\npackages: [htop]\n"), identity);
   });
 
   it("the same settings give the same bytes (an unchanged pool replaces no VM)", () => {

@@ -13,7 +13,11 @@
  *   its drain (`drainSeconds`), while a sampler keeps probing the ready
  *   endpoints the pool publishes: never fewer than `count - 1` answer;
  * - the NAT gone again: accepted, and refresh + up of the rotated pool (its
- *   `rotate` entry kept) proposes nothing.
+ *   `rotate` entry kept) proposes nothing;
+ * - squid's document changed (state as a pool of the previous release left
+ *   it, without guestFiles): `up` updates both members in place through the
+ *   guest agent, replaces none, and the new squid.conf reads back in each
+ *   guest (docs/day2.md, "Upgrades in place").
  *
  * After each step the host holds exactly what state records. Three guest
  * boots in all (two at once, then the rotated one), under the `day2kvm`
@@ -591,6 +595,49 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     assert.deepEqual(
       published.proxies!.map((p) => p.egressIp),
       members.map(ipOf),
+    );
+    assertHostHoldsExactlyState();
+  });
+  it("squid's document upgraded, state as the previous release left it: `up` updates both members in place, replaces none, and each guest runs the new squid.conf (read back through the agent) and answers", async () => {
+    // State written before guestFiles existed: the document is only in user-data.
+    for (const m of members) {
+      const { guestFiles: _outputs, ...outputs } = m.stored!.outputs;
+      const { guestFiles: _inputs, ...inputs } = m.stored!.inputs;
+      m.stored = { ...m.stored!, outputs, inputs };
+    }
+    const vmNames = members.map(vmNameOf);
+    const squid = poolArgs.squid as Props;
+    poolArgs = { ...poolArgs, squid: { ...squid, extraConfigLines: ["# upgraded in place"] } };
+    declare(runPool());
+    assert.deepEqual(
+      stepSummary(await upAll(server, members)),
+      members.map((m) => `${m.name}:update`),
+    );
+    assert.deepEqual(members.map(vmNameOf), vmNames, "the same VMs, the same exit addresses");
+    for (const m of members) {
+      // Another client than ours reads it back: virsh, through libvirt's agent passthrough.
+      const agent = (command: object) =>
+        JSON.parse(virsh("qemu-agent-command", vmNameOf(m), JSON.stringify(command))) as {
+          return: unknown;
+        };
+      const handle = agent({
+        execute: "guest-file-open",
+        arguments: { path: "/etc/squid/squid.conf", mode: "r" },
+      }).return;
+      const read = agent({ execute: "guest-file-read", arguments: { handle, count: 65536 } })
+        .return as { "buf-b64": string };
+      agent({ execute: "guest-file-close", arguments: { handle } });
+      assert.match(
+        Buffer.from(read["buf-b64"], "base64").toString(),
+        /^# upgraded in place$/m,
+        m.name,
+      );
+      assert.equal(await answers(ipOf(m)), true, `${m.name} answers through the reloaded squid`);
+    }
+    assert.deepEqual(
+      stepSummary(await upAll(server, members)),
+      members.map((m) => `${m.name}:same`),
+      "nothing more to do",
     );
     assertHostHoldsExactlyState();
   });

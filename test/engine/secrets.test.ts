@@ -21,6 +21,13 @@ const SECRETS = {
   networkConfig: "version: 2\n# sentinel-network-config-6604\n",
   urlPassword: "sentinel-url-password-8812",
   proxyPassword: "sentinel-proxy-password-4410",
+  guestFile: "crawler:sentinel-guest-file-5150",
+};
+/** What the pool hands a VM member to deliver in place: a password file among them. */
+const GUEST_FILES = {
+  files: [{ path: "/etc/squid/egress-proxies.htpasswd", content: `${SECRETS.guestFile}\n` }],
+  commands: [["systemctl", "reload-or-restart", "squid"]],
+  userDataIdentity: "0f1e2d3c",
 };
 
 /** The distinctive part of each secret, searched for in what would be stored. */
@@ -33,6 +40,7 @@ const NEEDLES = [
   "sentinel-network-config-6604",
   SECRETS.urlPassword,
   SECRETS.proxyPassword,
+  SECRETS.guestFile,
 ];
 
 function assertNoPlaintext(stored: string, needles: readonly string[], what: string): void {
@@ -65,6 +73,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       userData: SECRETS.userData,
       vendorData: SECRETS.vendorData,
       networkConfig: SECRETS.networkConfig,
+      guestFiles: GUEST_FILES,
       // An Output: made secret once resolved, when it turns out to carry userinfo.
       readiness: { probeUrl: { $output: `http://probe:${SECRETS.urlPassword}@example.com/` } },
       egressCheck: {
@@ -85,6 +94,8 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
         "connection.passphrase",
         "connection.privateKey",
         "egressCheck.proxyAuth.password",
+        "guestFiles.files",
+        "guestFiles.userDataIdentity",
         "image.url",
         "networkConfig",
         "readiness.probeUrl",
@@ -95,6 +106,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       assert.deepEqual(registration.additionalSecretOutputs.sort(), [
         "connection",
         "egressCheck",
+        "guestFiles",
         "networkConfig",
         "seedSha256",
         "userData",
@@ -211,6 +223,7 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
         apiToken: sim.tokenFor(),
         userData: SECRETS.userData,
         vendorData: SECRETS.vendorData,
+        guestFiles: GUEST_FILES,
         ...overrides,
       });
 
@@ -224,12 +237,15 @@ describe("engine: one secret set for both resources, no plaintext in state", fun
       assert.deepEqual(registration.secretPaths.sort(), [
         "apiEndpoint",
         "apiToken",
+        "guestFiles.files",
+        "guestFiles.userDataIdentity",
         "userData",
         "vendorData",
       ]);
       assert.deepEqual(registration.additionalSecretOutputs.sort(), [
         "apiToken",
         "egressCheck",
+        "guestFiles",
         "seedSha256",
         "userData",
         "vendorData",

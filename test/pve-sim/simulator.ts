@@ -154,6 +154,15 @@ export class PveSimulator {
     Pick<SimulatorOptions, "failTask" | "guestAddress" | "guestIpv6" | "taskMs">;
   /** The guests' listening ports (SimulatorOptions.guestListens); a test may change them as it goes. */
   guestListens: (vmid: number) => number[];
+  /** Files written into guests through agent/file-write, by VMID and path (what file-read then serves). */
+  readonly guestFiles = new Map<number, Map<string, Buffer>>();
+  /** Every command agent/exec ran, in order. */
+  readonly guestCommands: { vmid: number; argv: string[] }[] = [];
+  /** How a command run through agent/exec ends; a test may change it (default: exit 0, no output). */
+  guestExec: (vmid: number, argv: string[]) => { exitCode: number; stderr?: string } = () => ({
+    exitCode: 0,
+  });
+  private readonly execResults = new Map<number, { exitCode: number; stderr?: string }>();
   readonly vms = new Map<number, SimVm>();
   readonly storages = new Map<string, SimStorage>();
   readonly tasks = new Map<string, SimTask>();
@@ -466,6 +475,16 @@ export class PveSimulator {
         return this.agentInterfaces(caller, vmid);
       case "GET /nodes/*/qemu/*/agent/file-read":
         return this.agentFileRead(caller, vmid, query.file);
+      case "POST /nodes/*/qemu/*/agent/file-write":
+        return this.agentFileWrite(caller, vmid, form());
+      case "POST /nodes/*/qemu/*/agent/exec":
+        return this.agentExec(
+          caller,
+          vmid,
+          new URLSearchParams(body.toString("utf8")).getAll("command"),
+        );
+      case "GET /nodes/*/qemu/*/agent/exec-status":
+        return this.agentExecStatus(caller, vmid, query.pid);
       case "DELETE /nodes/*/qemu/*":
         return this.destroy(caller, vmid);
       case "DELETE /nodes/*/storage/*/content/*":
@@ -951,6 +970,10 @@ export class PveSimulator {
         ...ports.map((port, index) => row(index, `${"0".repeat(32)}:${hexPort(port)}`)),
       ].join("\n"),
     };
+    const written = this.guestFiles.get(vmid)?.get(file);
+    // Decoded by PVE, carried by its JSON one character per byte.
+    if (written !== undefined)
+      return { content: written.toString("latin1"), "bytes-read": written.length };
     const content = tables[file];
     if (content === undefined)
       throw new ApiError(
@@ -958,6 +981,68 @@ export class PveSimulator {
         `can't open file - failed to open file '${file}': No such file or directory`,
       );
     return { content: `${content}\n`, "bytes-read": Buffer.byteLength(`${content}\n`) };
+  }
+
+  /**
+   * `agent/file-write` (API2/Qemu/Agent.pm): VM.GuestAgent.FileWrite or
+   * Unrestricted on PVE 9 (VM.Monitor on 8); `content` at most 60 KiB, base64
+   * already when `encode` is 0, else encoded by PVE; the file replaced.
+   */
+  private agentFileWrite(caller: Caller, vmid: number, fields: Record<string, string>): unknown {
+    this.agentReady(
+      caller,
+      vmid,
+      this.options.pveMajor === 9 ? "VM.GuestAgent.FileWrite" : "VM.Monitor",
+      "guest-file-open",
+    );
+    const { file, content, encode } = fields;
+    if (file === undefined || content === undefined)
+      throw new ApiError(
+        400,
+        "Parameter verification failed.\nfile: property is missing and it is not optional",
+      );
+    if (content.length > 60 * 1024)
+      throw new ApiError(
+        400,
+        "Parameter verification failed.\ncontent: value may only be 61440 characters long",
+      );
+    const bytes = encode === "0" ? Buffer.from(content, "base64") : Buffer.from(content, "utf8");
+    const files = this.guestFiles.get(vmid) ?? new Map<string, Buffer>();
+    files.set(file, bytes);
+    this.guestFiles.set(vmid, files);
+    return null;
+  }
+
+  /** `agent/exec`: VM.GuestAgent.Unrestricted on PVE 9 (VM.Monitor on 8); the command as an array; a pid. */
+  private agentExec(caller: Caller, vmid: number, command: string[]): unknown {
+    this.agentReady(
+      caller,
+      vmid,
+      this.options.pveMajor === 9 ? "VM.GuestAgent.Unrestricted" : "VM.Monitor",
+      "guest-exec",
+    );
+    if (command.length === 0) throw new ApiError(500, "command or input-data (or both) required");
+    this.guestCommands.push({ vmid, argv: command });
+    const pid = 4000 + this.guestCommands.length;
+    this.execResults.set(pid, this.guestExec(vmid, command));
+    return { pid };
+  }
+
+  /** `agent/exec-status`: the command has exited by the first ask; out/err decoded, as PVE does. */
+  private agentExecStatus(caller: Caller, vmid: number, pid: string | undefined): unknown {
+    this.agentReady(
+      caller,
+      vmid,
+      this.options.pveMajor === 9 ? "VM.GuestAgent.Unrestricted" : "VM.Monitor",
+      "guest-exec-status",
+    );
+    const result = this.execResults.get(Number(pid));
+    if (result === undefined) throw new ApiError(500, `Agent error: Invalid parameter 'pid'`);
+    return {
+      exited: 1,
+      exitcode: result.exitCode,
+      ...(result.stderr ? { "err-data": result.stderr } : {}),
+    };
   }
 
   /** Flow step 7 (F5 errors by state, F21 reply shape). */

@@ -21,6 +21,7 @@ import {
 import { EGRESS_PROBLEM_KEY } from "../../provider/common/egress-recheck";
 import * as kvm from "../../provider/kvm/provider";
 import * as proxmox from "../../provider/proxmox/provider";
+import { KVM_MINIMAL_INPUTS, PROXMOX_MINIMAL_INPUTS } from "../support/vm-inputs";
 
 type Props = Record<string, unknown>;
 const budget = { group: "crawl", maxUnavailable: 1 };
@@ -123,8 +124,7 @@ const backends = [
     name: "KvmProxy",
     raw: (resource: string): Props => ({
       owner: ownerOf(resource),
-      connection: { host: "kvm1.lan", privateKey: "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n" },
-      image: { url: "https://i.example/a.qcow2" },
+      ...KVM_MINIMAL_INPUTS,
       userData: "#cloud-config\n",
       egressRecheck: true,
       disruptionBudget: budget,
@@ -136,12 +136,7 @@ const backends = [
     name: "ProxmoxProxy",
     raw: (resource: string): Props => ({
       owner: ownerOf(resource),
-      apiEndpoint: "https://pve.invalid:8006",
-      apiToken: "root@pam!edge=5ecret",
-      node: "pve",
-      templateVmid: 9000,
-      diskStorage: "local-lvm",
-      seedStorage: "local",
+      ...PROXMOX_MINIMAL_INPUTS,
       userData: "#cloud-config\n",
       egressRecheck: true,
       disruptionBudget: budget,

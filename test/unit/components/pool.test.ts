@@ -990,6 +990,81 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     );
   });
 
+  it("members get squid's files to deliver in place: a change of squid.conf alone keeps the identity, a prefix changes it", async () => {
+    const publish = async (
+      name: string,
+      squid: Record<string, unknown>,
+      extra: Record<string, unknown> = {},
+    ) => {
+      registered = [];
+      const instance = new pool.EgressProxyPool(name, {
+        backends: [KVM("kvm1"), PROXMOX("pve1")],
+        count: 2,
+        squid: { allowedClientCidrs: ["10.0.0.0/8", "fd00::/8"], ...squid },
+        ...extra,
+      } as never);
+      await valueOf(instance.endpoints);
+      await settle();
+      return registered
+        .filter((r) => r.type.includes("KvmProxy") || r.type.includes("ProxmoxProxy"))
+        .map((r) => ({
+          userData: plain(r.inputs.userData) as string,
+          guestFiles: plain(r.inputs.guestFiles) as {
+            files: { path: string; content: string; permissions: string }[];
+            commands: string[][];
+            listensOn: number;
+            userDataIdentity: string;
+          },
+          secret: isSecretValue(r.inputs.guestFiles),
+        }));
+    };
+    const before = await publish("files-a", {
+      basicAuth: { user: "crawler", password: "correct horse battery" },
+    });
+    assert.equal(before.length, 2, "both VM kinds get them");
+    for (const member of before) {
+      assert.equal(member.secret, true, "the password file rides in it");
+      assert.deepEqual(
+        member.guestFiles.files.map((file) => [file.path, file.permissions]),
+        [
+          ["/etc/squid/squid.conf", "0644"],
+          ["/etc/squid/egress-proxies.htpasswd", "0640"],
+        ],
+      );
+      assert.deepEqual(member.guestFiles.commands.at(-1), [
+        "systemctl",
+        "reload-or-restart",
+        "squid",
+      ]);
+      assert.equal(member.guestFiles.listensOn, 3128);
+      // What cloud-init writes at first boot is what is delivered after.
+      for (const file of member.guestFiles.files)
+        for (const line of file.content.trimEnd().split("\n"))
+          assert.ok(member.userData.includes(line), `${file.path}: ${line}`);
+    }
+    const after = await publish("files-b", {
+      basicAuth: { user: "crawler", password: "correct horse battery" },
+      extraConfigLines: ["acl blocked dstdomain .example.com", "http_access deny blocked"],
+    });
+    assert.notEqual(after[0]!.userData, before[0]!.userData);
+    assert.notEqual(
+      after[0]!.guestFiles.files[0]!.content,
+      before[0]!.guestFiles.files[0]!.content,
+    );
+    assert.equal(after[0]!.guestFiles.userDataIdentity, before[0]!.guestFiles.userDataIdentity);
+    const spread = await publish(
+      "files-c",
+      { basicAuth: { user: "crawler", password: "correct horse battery" } },
+      {
+        ipFamilies: ["ipv4", "ipv6"],
+        backends: [KVM("kvm1", { ipv6Prefix: { prefix: "2001:db8:7:100::/64", mode: "random" } })],
+        count: 1,
+      },
+    );
+    assert.notEqual(spread[0]!.guestFiles.userDataIdentity, before[0]!.guestFiles.userDataIdentity);
+    assert.ok(spread[0]!.guestFiles.files.some((file) => file.path.endsWith("prefix-dialer.py")));
+  });
+
   it("one writer: with the exporter, a refresh that finds a member silent changes nothing Pulumi writes", async () => {
     // The same pool after two refreshes: all answering, then "silent" (the mocks' re-check finding).
     const publish = async (pool_: string, second: string, exporter: boolean) => {
