@@ -38,7 +38,12 @@ export interface PoolDecisions<PoolSettings = unknown> {
   /** The members' `rotateAfterDays`, when the pool rotates by age. */
   rotateAfterDays?: number;
   /** Every VM member's `disruptionBudget`: the pool's name, its `maxUnavailable` resolved, and its drain. */
-  disruptionBudget?: { group: string; maxUnavailable: number; drainSeconds?: number };
+  disruptionBudget?: {
+    group: string;
+    maxUnavailable: number;
+    drainSeconds?: number;
+    onCollision?: "rotate";
+  };
   parent: pulumi.Resource;
 }
 
@@ -57,6 +62,8 @@ export interface PoolMember {
   >;
   /** When the VM was created (its mark); null for a proxy without a VM. */
   createdAt: pulumi.Output<string | null | undefined>;
+  /** The exit-address entries the VM was made or last updated with (a VM member's state); undefined otherwise. */
+  rotateEgress: pulumi.Output<Record<string, string> | null | undefined>;
   /** The resource's `state` output as the last create or refresh found it ("running", "stopped", …). */
   state: pulumi.Output<string | undefined>;
   /** The proxy URL without credentials, null while the address is unknown. */
@@ -168,6 +175,8 @@ export type VmProxyResource = Pick<
   PoolMember,
   "vmName" | "host" | "egressIp" | "checkedAt" | "egressProblem" | "createdAt" | "state"
 > & {
+  /** Present when the program gave the input (the pool always does with onCollision "rotate"). */
+  rotateEgress?: PoolMember["rotateEgress"];
   ip: pulumi.Output<string | null>;
   ipv6Address: pulumi.Output<string | null | undefined>;
   egressIpv6: pulumi.Output<string | null | undefined>;
@@ -188,6 +197,7 @@ export function vmMember(
     checkedAt: resource.checkedAt,
     egressProblem: resource.egressProblem,
     createdAt: resource.createdAt,
+    rotateEgress: resource.rotateEgress ?? pulumi.output(undefined),
     state: resource.state,
     endpoint,
     endpointWithCredentials:
@@ -256,9 +266,12 @@ export const lifecycleOf = (
   rotateEgress?: Record<string, string>;
   egressRecheck: boolean;
   rotateAfterDays?: number;
-  disruptionBudget?: { group: string; maxUnavailable: number; drainSeconds?: number };
+  disruptionBudget?: PoolDecisions["disruptionBudget"];
 } => {
-  const rotateEgress = addressEntries(pool.rotate);
+  // With onCollision "rotate" the map is always given, so its output shows what a member was made with.
+  const rotateEgress =
+    addressEntries(pool.rotate) ??
+    (pool.disruptionBudget?.onCollision === "rotate" ? {} : undefined);
   return {
     egressRecheck: pool.egressRecheck,
     ...(pool.rotate?.[key] === undefined ? {} : { rotation: pool.rotate[key] }),

@@ -251,6 +251,7 @@ const staticBackend: PoolBackendKind<StaticBackendSettings> = {
       checkedAt: resource.checkedAt,
       egressProblem: resource.egressProblem,
       createdAt: pulumi.output(null),
+      rotateEgress: pulumi.output(undefined),
       state: resource.state,
       endpoint: resource.endpoint,
       // Secret whether or not this URL has credentials: which one does is not known before apply.

@@ -4,6 +4,8 @@
  * diversity. Pure functions; the pool turns them into an output, a warning
  * in `pulumi up`, or (requireDistinctEgress) an error before publishing.
  */
+import { isYounger } from "../provider/common/egress-rotation";
+import { canonicalAddress } from "../provider/common/exit-address";
 
 /** One egress address and the proxies (pool keys, `<backend>-<index>`) behind it. */
 export interface EgressGroup {
@@ -78,4 +80,75 @@ export function rotateChange(
     return text;
   };
   return `rotate: { ${members.map((member) => `"${member}": "${textFor(member)}"`).join(", ")} }`;
+}
+
+/** What the pool does about shared exit addresses: the groups, and a warning or a refusal. */
+export interface EgressVerdict {
+  groups: EgressGroup[];
+  warning?: string;
+  refusal?: string;
+}
+
+/**
+ * The pool's verdict on its members' exit addresses. With `onCollision:
+ * "rotate"` a shared address is the provider's to act on (the younger member
+ * is replaced at the next `up --refresh`, provider/common/collision-rotation.ts):
+ * a warning says which; only a member made anew for that address that still
+ * leaves from it (one NAT for the network) ends the hope: then as without it.
+ * `entries[i]` are the exit-address entries `proxies[i]` was made with.
+ */
+export function egressVerdict(
+  poolName: string,
+  options: {
+    requireDistinct: boolean;
+    onCollision: "fail" | "rotate";
+    rotate?: Record<string, string>;
+  },
+  proxies: readonly {
+    name: string;
+    egressIp: string | null | undefined;
+    createdAt?: string | null;
+  }[],
+  entries: readonly (Record<string, string> | null | undefined)[] = [],
+): EgressVerdict {
+  const groups = groupByEgress(proxies);
+  const message = sharedEgressMessage(poolName, groups);
+  if (message === undefined) return { groups };
+  const refuse = (why: string) =>
+    options.requireDistinct
+      ? { groups, refusal: `${message}. ${why}` }
+      : { groups, warning: `${message}. ${why}` };
+  if (options.onCollision !== "rotate")
+    return options.requireDistinct
+      ? refuse(
+          `requireDistinctEgress is true, so nothing is published: place the proxies on different networks, drop requireDistinctEgress, or replace the later members with ${rotateChange(membersToRotate(groups), new Date(), options.rotate)} (a VM member only; a new VM may get a new exit address), or set onCollision: "rotate"`,
+        )
+      : { groups, warning: message };
+  const byName = new Map(
+    proxies.map((proxy, index) => [proxy.name, { proxy, made: entries[index] }]),
+  );
+  const younger: string[] = [];
+  const stuck: string[] = [];
+  for (const group of sharedEgress(groups)) {
+    const members = group.proxies.map((name) => ({
+      name,
+      createdAt: byName.get(name)?.proxy.createdAt,
+    }));
+    const oldest = members.reduce((a, b) => (isYounger(a, b) ? b : a));
+    for (const member of members.filter((each) => each !== oldest)) {
+      const made = byName.get(member.name)?.made ?? {};
+      const madeFor = Object.keys(made).some(
+        (key) => canonicalAddress(key) === canonicalAddress(group.address),
+      );
+      (madeFor ? stuck : younger).push(member.name);
+    }
+  }
+  if (stuck.length > 0)
+    return refuse(
+      `onCollision is "rotate", but ${stuck.join(", ")} ${stuck.length === 1 ? "was" : "were"} made anew for that and still ${stuck.length === 1 ? "leaves" : "leave"} from the same address: the network gives its VMs one exit address, and rotation cannot separate them; place the proxies on different networks${options.requireDistinct ? " or drop requireDistinctEgress" : ""}`,
+    );
+  return {
+    groups,
+    warning: `${message}. onCollision is "rotate": the next \`pulumi up --refresh\` replaces ${younger.join(", ")} (the younger of each pair, within maxUnavailable)`,
+  };
 }

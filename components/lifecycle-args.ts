@@ -39,6 +39,15 @@ export interface PoolLifecycleArgs {
    * destroy`. docs/day2.md, "Drain".
    */
   drainSeconds?: number;
+  /**
+   * Two members found leaving from one exit address: "fail" (the default)
+   * leaves it to you (a warning; with requireDistinctEgress, an error before
+   * anything is published); "rotate" replaces the younger of them at the next
+   * `pulumi up --refresh` (old VM first, within maxUnavailable), once: a new
+   * VM that lands on the same address (one NAT for the network) is not
+   * replaced again, and the pool says so. docs/day2.md, "Collisions".
+   */
+  onCollision?: "fail" | "rotate";
 }
 
 /** A count (2, "2") or a share of the members ("25%"). */
@@ -101,12 +110,13 @@ function drainSecondsProblem(value: unknown): string | undefined {
     : `drainSeconds must be a whole number of seconds from 0 (no drain) to ${MAX_DRAIN_SECONDS}, e.g. ${DEFAULT_DRAIN_SECONDS}, not ${JSON.stringify(value)}`;
 }
 
-/** The pool's lifecycle arguments (recheckEgress, rotateAfterDays, maxUnavailable, drainSeconds), each problem naming its fix. */
+/** The pool's lifecycle arguments (recheckEgress, rotateAfterDays, maxUnavailable, drainSeconds, onCollision), each problem naming its fix. */
 export function lifecycleArgsProblems(args: {
   recheckEgress?: unknown;
   rotateAfterDays?: unknown;
   maxUnavailable?: unknown;
   drainSeconds?: unknown;
+  onCollision?: unknown;
 }): string[] {
   const problems: string[] = [];
   if (args.recheckEgress !== undefined && typeof args.recheckEgress !== "boolean")
@@ -120,5 +130,13 @@ export function lifecycleArgsProblems(args: {
   if (budgetProblem !== undefined) problems.push(budgetProblem);
   const drainProblem = drainSecondsProblem(args.drainSeconds);
   if (drainProblem !== undefined) problems.push(drainProblem);
+  if (
+    args.onCollision !== undefined &&
+    args.onCollision !== "fail" &&
+    args.onCollision !== "rotate"
+  )
+    problems.push(
+      `onCollision must be "fail" (the default) or "rotate" (the younger of two members on one exit address is replaced), not ${JSON.stringify(args.onCollision)}`,
+    );
   return problems;
 }

@@ -21,13 +21,7 @@ import {
   type KubernetesObjects,
   type KubernetesPublishingArgs,
 } from "./kubernetes";
-import {
-  groupByEgress,
-  membersToRotate,
-  rotateChange,
-  sharedEgressMessage,
-  type EgressGroup,
-} from "./egress-diversity";
+import { egressVerdict, type EgressGroup } from "./egress-diversity";
 import { memberUrls, poolIpFamilyProblems, poolTakesIpv6 } from "./dual-stack";
 import {
   lifecycleArgsProblems,
@@ -312,7 +306,9 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     this.children = children;
     this.proxies = pulumi.all(details);
     this.count = pulumi.output(placed.length);
-    this.egress = this.proxies.apply((all) => this.egressGroups(name, args, all));
+    this.egress = pulumi
+      .all([this.proxies, pulumi.all(members.map((member) => member.rotateEgress))])
+      .apply(([all, entries]) => this.egressGroups(name, args, all, entries));
     // Everything published waits for the diversity verdict: requireDistinctEgress fails it first.
     const verdict = pulumi.all([this.proxies, this.egress]);
     const known = (urls: (string | null)[]): string[] => urls.flatMap((url) => url ?? []);
@@ -414,6 +410,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
         group: name,
         maxUnavailable: resolveMaxUnavailable(args.maxUnavailable, members),
         drainSeconds: resolveDrainSeconds(args.drainSeconds),
+        ...(args.onCollision === "rotate" ? { onCollision: "rotate" as const } : {}),
       },
       port,
       basicAuth:
@@ -429,16 +426,21 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     name: string,
     args: EgressProxyPoolArgs,
     proxies: ProxyDetails[],
+    entries: (Record<string, string> | null | undefined)[],
   ): EgressGroup[] {
-    const groups = groupByEgress(proxies);
-    const message = sharedEgressMessage(name, groups);
-    if (message === undefined) return groups;
-    if (args.requireDistinctEgress === true)
-      throw new PoolArgsError(
-        `${message}. requireDistinctEgress is true, so nothing is published: place the proxies on different networks, drop requireDistinctEgress, or replace the later members with ${rotateChange(membersToRotate(groups), new Date(), args.rotate)} (a VM member only; a new VM may get a new exit address)`,
-      );
-    void pulumi.log.warn(message, this);
-    return groups;
+    const verdict = egressVerdict(
+      name,
+      {
+        requireDistinct: args.requireDistinctEgress === true,
+        onCollision: args.onCollision ?? "fail",
+        rotate: args.rotate,
+      },
+      proxies,
+      entries,
+    );
+    if (verdict.refusal !== undefined) throw new PoolArgsError(verdict.refusal);
+    if (verdict.warning !== undefined) void pulumi.log.warn(verdict.warning, this);
+    return verdict.groups;
   }
 
   /**

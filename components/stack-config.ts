@@ -189,6 +189,9 @@ export const poolConfigSchema = z.strictObject({
   drainSeconds: z
     .number({ error: "drainSeconds must be a whole number of seconds, e.g. 30 (0: no drain)" })
     .optional(),
+  onCollision: z
+    .enum(["fail", "rotate"], { error: 'onCollision must be "fail" or "rotate"' })
+    .optional(),
   kubernetes: z
     .strictObject({
       namespace: z.string({ error: "kubernetes.namespace must be the namespace name" }),
@@ -434,6 +437,7 @@ function poolArgs(
     rotateAfterDays: config.rotateAfterDays,
     ...(config.maxUnavailable === undefined ? {} : { maxUnavailable: config.maxUnavailable }),
     ...(config.drainSeconds === undefined ? {} : { drainSeconds: config.drainSeconds }),
+    ...(config.onCollision === undefined ? {} : { onCollision: config.onCollision }),
     kubernetes: config.kubernetes,
   };
 }

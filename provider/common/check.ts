@@ -2,6 +2,7 @@
  * What `check` does for both resources: name the VM, validate, and settle the
  * name once defaults are filled. Pure and offline (`pulumi preview` in CI).
  */
+import { inputsWithCollisionRotation } from "./collision-rotation";
 import {
   provisionalVmName,
   resourceNameOf,
@@ -36,7 +37,10 @@ export function checkWithAutonaming<T extends { vmName?: string; vmNameChosenBy?
     vmNameChosenBy: named.vmNameChosenBy,
   };
   inputs.vmName = vmNameAfterReplacement(table, olds, inputs, resourceName);
-  return { inputs: plainJson(inputsWithinBudget(table, olds, inputs)), failures: [] };
+  return {
+    inputs: plainJson(inputsWithCollisionRotation(inputsWithinBudget(table, olds, inputs))),
+    failures: [],
+  };
 }
 
 /** Plain JSON for the gRPC Struct: no undefined (it is rejected), no class instances. */

@@ -58,10 +58,14 @@ export const disruptionBudgetSchema = z
           error: `disruptionBudget.drainSeconds must be at most ${MAX_DRAIN_SECONDS} (an hour)`,
         })
         .optional(),
+      /** "rotate": the younger of two members on one exit address is replaced (common/collision-rotation.ts). */
+      onCollision: z
+        .enum(["rotate"], { error: 'disruptionBudget.onCollision must be "rotate" or left out' })
+        .optional(),
     },
     {
       error:
-        'disruptionBudget must be { group: "<pool name>", maxUnavailable: <count>, drainSeconds?: <seconds> }, e.g. { group: "crawl", maxUnavailable: 1, drainSeconds: 30 }',
+        'disruptionBudget must be { group: "<pool name>", maxUnavailable: <count>, drainSeconds?: <seconds>, onCollision?: "rotate" }, e.g. { group: "crawl", maxUnavailable: 1, drainSeconds: 30 }',
     },
   )
   .optional();
@@ -80,6 +84,8 @@ export interface BudgetedMember {
    * its VM is deleted (0: none; absent in state written before drains).
    */
   drainSeconds: number;
+  /** The younger of two members on one exit address is rotated (common/collision-rotation.ts). */
+  rotatesCollisions: boolean;
   /** The Pulumi resource name (`owner.resource`): the same for a VM and its replacement. */
   member: string;
 }
@@ -90,12 +96,13 @@ export function budgetedMember(props: Record<string, unknown>): BudgetedMember |
   const owner = props.owner as
     { project?: unknown; stack?: unknown; resource?: unknown } | undefined;
   if (typeof owner?.resource !== "string") return undefined;
-  const { group, maxUnavailable, drainSeconds } = parsed.data;
+  const { group, maxUnavailable, drainSeconds, onCollision } = parsed.data;
   return {
     groupKey: JSON.stringify([owner.project ?? "", owner.stack ?? "", group]),
     group,
     maxUnavailable,
     drainSeconds: drainSeconds ?? 0,
+    rotatesCollisions: onCollision === "rotate",
     member: owner.resource,
   };
 }
@@ -112,6 +119,12 @@ type Grant = Step;
 /** Fewest members re-checked in one refresh before "most look silent" means anything. */
 export const SUSPECT_RUNNER_MIN_MEMBERS = 3;
 
+/** A member's VM as a refresh found it: its exit addresses (canonical) and when it was made. */
+export interface MemberExit {
+  addresses: string[];
+  createdAt: string;
+}
+
 /** One deployment's grants, by group. One per provider process (`disruptionLedger`). */
 export class DisruptionLedger {
   private readonly groups = new Map<string, Map<string, Grant>>();
@@ -119,6 +132,8 @@ export class DisruptionLedger {
   private readonly registered = new Set<string>();
   /** What this deployment's refresh found, by group: member -> silent. */
   private readonly rechecks = new Map<string, Map<string, boolean>>();
+  /** The exit addresses this deployment's refresh found, by group: member -> its VM's. */
+  private readonly exits = new Map<string, Map<string, MemberExit>>();
   private readonly waiters = new Set<() => void>();
 
   private grantsOf(groupKey: string): Map<string, Grant> {
@@ -232,11 +247,24 @@ export class DisruptionLedger {
       : undefined;
   }
 
+  /** A refresh in this deployment found the member's VM running, leaving from these addresses. */
+  noteExit(budgeted: BudgetedMember, exit: MemberExit): void {
+    let seen = this.exits.get(budgeted.groupKey);
+    if (seen === undefined) this.exits.set(budgeted.groupKey, (seen = new Map()));
+    seen.set(budgeted.member, exit);
+  }
+
+  /** What this deployment's refresh found of each member of the group, by member. */
+  exitsOf(budgeted: BudgetedMember): ReadonlyMap<string, MemberExit> {
+    return this.exits.get(budgeted.groupKey) ?? new Map();
+  }
+
   /** Forgets every grant and re-check (tests that model several deployments in one process). */
   reset(): void {
     this.groups.clear();
     this.registered.clear();
     this.rechecks.clear();
+    this.exits.clear();
   }
 }
 

@@ -17,6 +17,7 @@
  *   nobody planned (scale-down) waits for a free place first, and a member
  *   that carried traffic is drained before its VM goes.
  */
+import { memberExitOf } from "./collision-rotation";
 import { containsUnknown } from "./inputs";
 import { Deadline, sleepWithin } from "./deadline";
 import { decideDiff, valueAt, type ChangeTable, type DiffDecision } from "./diff";
@@ -255,7 +256,7 @@ export function deleteWithinBudget<R>(remove: (id: string, props: Props) => Prom
   };
 }
 
-/** A read that notes what its re-check found, for the "most look silent" rule. */
+/** A read that notes what its re-check found, for the "most look silent" rule, and its exit addresses (collision-rotation.ts). */
 function readNotingRechecks<R extends { props?: Props }>(
   read: (id: string, props: Props) => Promise<R>,
 ) {
@@ -265,6 +266,8 @@ function readNotingRechecks<R extends { props?: Props }>(
     const budgeted = budgetedMember(found);
     if (budgeted !== undefined && found.egressRecheck === true && found.state === "running")
       disruptionLedger.noteRecheck(budgeted, isSilentFromHere(found[EGRESS_PROBLEM_KEY]));
+    const exit = budgeted?.rotatesCollisions ? memberExitOf(found) : undefined;
+    if (budgeted !== undefined && exit !== undefined) disruptionLedger.noteExit(budgeted, exit);
     return result;
   };
 }

@@ -66,3 +66,13 @@ export function withEgressRotation(
     deleteBeforeReplace: decision.deleteBeforeReplace || news.vmName === olds.vmName,
   };
 }
+
+/** Whether `a` was made after `b` (the same moment: the later name is the younger). */
+export function isYounger(
+  a: { name: string; createdAt: string | null | undefined },
+  b: { name: string; createdAt: string | null | undefined },
+): boolean {
+  const [at, bt] = [Date.parse(a.createdAt ?? ""), Date.parse(b.createdAt ?? "")];
+  if (Number.isFinite(at) && Number.isFinite(bt) && at !== bt) return at > bt;
+  return a.name > b.name;
+}

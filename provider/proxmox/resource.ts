@@ -146,6 +146,8 @@ export class ProxmoxProxy extends pulumi.dynamic.Resource {
   declare readonly createdAt: pulumi.Output<string>;
   /** The address targets see through this proxy, from `egressCheck` at create; null without one. */
   declare readonly egressIp: pulumi.Output<string | null>;
+  /** The exit-address entries this VM was made or last updated with (the loop guard of rotation by address). */
+  declare readonly rotateEgress: pulumi.Output<Record<string, string> | null | undefined>;
   /** With "ipv6" in ipFamilies: the VM's global IPv6 address (undefined for an IPv4-only proxy). */
   declare readonly ipv6Address: pulumi.Output<string | null | undefined>;
   /** With "ipv6" in ipFamilies and egressCheck.ipv6Url: the IPv6 address targets see through this proxy. */

@@ -19,9 +19,8 @@ import {
   type ForwardProxy,
   type RunningServer,
 } from "../support/forward-proxy";
-import { simulatorProxyArgs, useEngineFixture } from "./engine-fixture";
+import { captureSimulatorMembers, useEngineFixture } from "./engine-fixture";
 import {
-  captureResourceInputs,
   type CapturedResource,
   type DynamicProviderServer,
   type FakeEngine,
@@ -75,22 +74,13 @@ describe("engine: the pool's disruption budget (ProxmoxProxy, simulator, one ser
     sim = await fixture.startSimulator({ guestAddress: () => "127.0.0.2" });
     echo = await startEchoServer("127.0.0.1");
     proxy = await startForwardProxy({ host: "127.0.0.2", auth: AUTH, egressAddress: "127.0.0.3" });
-    captured = [];
-    for (const name of MEMBERS)
-      captured.push(
-        await captureResourceInputs(
-          fixture.project,
-          "ProxmoxProxy",
-          name,
-          simulatorProxyArgs(sim, {
-            readiness: { mode: "port", port: proxy.port },
-            egressCheck: { url: `http://127.0.0.1:${echo.port}/`, proxyAuth: AUTH },
-            egressRecheck: true,
-            disruptionBudget: { group: "crawl", maxUnavailable: 1, drainSeconds: DRAIN_SECONDS },
-            timeouts: { createSeconds: 60, readySeconds: 8, deleteSeconds: 60 },
-          }),
-        ),
-      );
+    captured = await captureSimulatorMembers(
+      fixture.project,
+      sim,
+      MEMBERS,
+      { proxyPort: proxy.port, echoPort: echo.port, auth: AUTH },
+      { disruptionBudget: { group: "crawl", maxUnavailable: 1, drainSeconds: DRAIN_SECONDS } },
+    );
     config = { "egress-proxies:proxmoxApiToken": sim.tokenFor() };
   });
 

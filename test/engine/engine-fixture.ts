@@ -1,8 +1,10 @@
 import { PveSimulator, type SimulatorOptions } from "../pve-sim/simulator";
 import {
+  captureResourceInputs,
   DynamicProviderServer,
   FakeEngine,
   packIntoConsumerProject,
+  type CapturedResource,
   type ConsumerProject,
   type Props,
 } from "./harness";
@@ -97,4 +99,35 @@ export function simulatorProxyArgs(sim: PveSimulator, overrides: Props = {}): Pr
     timeouts: { createSeconds: 60, readySeconds: 20, deleteSeconds: 60 },
     ...overrides,
   };
+}
+
+/**
+ * ProxmoxProxy members on the simulator whose guests answer through one
+ * forward proxy: ready by its port, egress checked and re-checked through it
+ * against the echo service, with `extra` inputs (the budget, a map).
+ */
+export async function captureSimulatorMembers(
+  project: ConsumerProject,
+  sim: PveSimulator,
+  names: readonly string[],
+  through: { proxyPort: number; echoPort: number; auth: { user: string; password: string } },
+  extra: Props,
+): Promise<CapturedResource[]> {
+  const captured: CapturedResource[] = [];
+  for (const name of names)
+    captured.push(
+      await captureResourceInputs(
+        project,
+        "ProxmoxProxy",
+        name,
+        simulatorProxyArgs(sim, {
+          readiness: { mode: "port", port: through.proxyPort },
+          egressCheck: { url: `http://127.0.0.1:${through.echoPort}/`, proxyAuth: through.auth },
+          egressRecheck: true,
+          timeouts: { createSeconds: 60, readySeconds: 8, deleteSeconds: 60 },
+          ...extra,
+        }),
+      ),
+    );
+  return captured;
 }

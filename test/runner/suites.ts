@@ -46,7 +46,7 @@ const LAB_SECONDS: Record<string, number> = {
   "engine/stock-host.test.js": 150, // (1, UEFI) zero-config on a stock host
   "lab/egress.test.js": 200, // (2) squid with auth, NAT, check, one restarted by the egress re-check
   "lab/kvm-proxy.test.js": 95, // (1 + 10 that are not waited for)
-  "engine/kvm-egress-rotate.test.js": 240, // (2, then 1) a changed exit address, one member rotated
+  "engine/kvm-egress-rotate.test.js": 250, // (2, then 1) a changed exit address, one member rotated, both upgraded in place
   "lab/dual-stack.test.js": 180, // (1) SLAAC + DHCPv4, squid and the egress check over both families (3 Dec)
   "lab/prefix-egress.test.js": 240, // (1) a routed ULA /64 spread by the prefix dialer, 1000 requests (3 Dec)
   "engine/kvm-heal.test.js": 65, // (2, and 4 replacements not waited for) heal on refresh + up
@@ -117,6 +117,8 @@ const QUICK_SECONDS: Record<string, number> = {
   "engine/egress-recheck.test.js": 27,
   "engine/examples.test.js": 1.5,
   "engine/frozen-api.test.js": 3.5,
+  "engine/guest-files.test.js": 8, // three members upgraded in place, one replaced
+  "engine/collision-rotation.test.js": 9, // two creates a second apart, a delete-first replacement
   "engine/kubernetes-optional.test.js": 4.3,
   "engine/operator-stack.test.js": 3.5,
   "engine/preview-unknowns.test.js": 12.2,

@@ -784,6 +784,87 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     );
   });
 
+  it('onCollision "rotate": a shared exit address publishes, names the younger member for the next up --refresh, and gives each member its budget and map', async () => {
+    const warnings: string[] = [];
+    const original = pulumi.log.warn;
+    pulumi.log.warn = async (message: string) => void warnings.push(message);
+    try {
+      const instance = new pool.EgressProxyPool("healing", {
+        backends: [KVM("home")],
+        count: 2,
+        egressCheck: { url: "http://echo.lab/" },
+        requireDistinctEgress: true,
+        onCollision: "rotate",
+        kubernetes: { namespace: "crawlers", name: "egress" },
+      });
+      const groups = await valueOf(instance.egress);
+      await settle();
+      assert.deepEqual(groups, [{ address: "203.0.113.1", proxies: ["home-0", "home-1"] }]);
+      assert.ok(
+        warnings.some((line) =>
+          /onCollision is "rotate": the next `pulumi up --refresh` replaces home-1 \(the younger of each pair, within maxUnavailable\)/.test(
+            line,
+          ),
+        ),
+        warnings.join("\n"),
+      );
+      assert.ok(
+        registered.some((r) => r.type === "kubernetes:core/v1:Secret"),
+        "published",
+      );
+      const kvm = registered
+        .filter((r) => r.type.includes("KvmProxy"))
+        .map(
+          (r) =>
+            plain(r.inputs) as {
+              disruptionBudget: { onCollision?: string };
+              rotateEgress?: object;
+            },
+        );
+      for (const member of kvm) {
+        assert.equal(member.disruptionBudget.onCollision, "rotate");
+        assert.deepEqual(
+          member.rotateEgress,
+          {},
+          "the map is given, so its output shows what a VM was made with",
+        );
+      }
+    } finally {
+      pulumi.log.warn = original;
+    }
+  });
+
+  it('onCollision "rotate" that cannot help (the younger was made for that address and still leaves from it): refused as before, saying why', async () => {
+    // An address entry for the shared address: each member's map (its state, under these mocks) holds it.
+    const instance = new pool.EgressProxyPool("natted", {
+      backends: [KVM("home")],
+      count: 2,
+      egressCheck: { url: "http://echo.lab/" },
+      requireDistinctEgress: true,
+      onCollision: "rotate",
+      rotate: { "203.0.113.1": "shared with home-0" },
+    });
+    const failure = await (instance.egress as unknown as { promise(): Promise<unknown> })
+      .promise()
+      .then(
+        () => undefined,
+        (error: Error) => error,
+      );
+    assert.match(
+      String(failure?.message),
+      /onCollision is "rotate", but home-1 was made anew for that and still leaves from the same address: the network gives its VMs one exit address, and rotation cannot separate them/,
+    );
+    assert.throws(
+      () =>
+        new pool.EgressProxyPool("odd", {
+          backends: [KVM("home")],
+          count: 1,
+          onCollision: "heal",
+        } as never),
+      /onCollision must be "fail" \(the default\) or "rotate"/,
+    );
+  });
+
   it("publishes the check exporter: check --serve on the Secret's proxies.json, a Service Prometheus scrapes", async () => {
     const instance = new pool.EgressProxyPool("watched", {
       backends: [KVM("kvm1")],

@@ -174,6 +174,7 @@ describe("root program: stack config", () => {
         rotateAfterDays: 30,
         maxUnavailable: "10%",
         drainSeconds: 45,
+        onCollision: "rotate",
       },
       basicAuthPassword: "<secret password>",
       kvmPrivateKey: PRIVATE_KEY,
@@ -185,8 +186,9 @@ describe("root program: stack config", () => {
         result.args.rotateAfterDays,
         result.args.maxUnavailable,
         result.args.drainSeconds,
+        result.args.onCollision,
       ],
-      [false, 30, "10%", 45],
+      [false, 30, "10%", 45, "rotate"],
     );
     const kvm = result.args.backends[0] as unknown as {
       kvm: { connection: Record<string, unknown>; network: unknown };
