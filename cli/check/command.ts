@@ -180,6 +180,7 @@ const SLICE_MEMBERS_POLL_MS = 5_000;
 class SliceWriter {
   private report: CheckReport | undefined;
   private written = false;
+  private lastFailure: string | undefined;
   private queue: Promise<void> = Promise.resolve();
   private timer: NodeJS.Timeout | undefined;
 
@@ -216,6 +217,14 @@ class SliceWriter {
     this.queue = this.queue.then(async () => {
       const round = await writeSlices(this.api, this.service, this.report);
       if (round.kind !== "failed") this.written = true;
+      // A failure that lasts is said once (rounds come every few seconds), and its end is said too.
+      const failure = round.kind === "failed" ? round.reason : undefined;
+      if (failure !== undefined && failure === this.lastFailure) return;
+      if (failure === undefined && this.lastFailure !== undefined)
+        this.log(
+          `EndpointSlices of Service ${this.service.namespace}/${this.service.name}: kept current again`,
+        );
+      this.lastFailure = failure;
       for (const line of describeSliceRound(this.service, round)) this.log(line);
     });
     return this.queue;

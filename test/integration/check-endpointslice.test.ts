@@ -226,6 +226,13 @@ describe("egress-proxies check --serve --endpointslices: the exporter writes the
         : undefined,
     );
     assert.equal(JSON.stringify(api.slices.get("egress-checked")), before);
+    // A failure that lasts is said once, not every round.
+    const secretReads = () => api.requests.filter((r) => r.path.endsWith("/secrets/egress")).length;
+    const readsNow = secretReads();
+    await until("two more rounds", 15_000, async () =>
+      secretReads() >= readsNow + 2 ? true : undefined,
+    );
+    assert.equal(running.stderr().split("ipv4 must be a list of IPv4 addresses").length - 1, 1);
     assert.equal(await running.terminate(), 0, running.stderr());
   });
 

@@ -128,7 +128,7 @@ const QUICK_SECONDS: Record<string, number> = {
   "engine/static.test.js": 2.1,
   "integration/check-command.test.js": 10.3,
   "integration/check-serve.test.js": 4.5,
-  "integration/check-endpointslice.test.js": 8,
+  "integration/check-endpointslice.test.js": 33, // member lists followed at the 5 s poll, several times
   "integration/image-source.test.js": 2.2,
   "libvirt-schema/xml-schema.test.js": 0.2,
   "pve-sim/client.test.js": 2.5,
