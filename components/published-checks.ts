@@ -58,7 +58,10 @@ export interface PublishedProxy {
 
 /**
  * proxies.json: one object per proxy, `url` first. `urls[i]` and `checks[i]`
- * describe the same proxy (the pool builds both from one list).
+ * describe the same proxy (the pool builds both from one list). `checkedAt`
+ * is null: the time of the last check moves with every refresh, and a
+ * Secret that carried it would change at every resync (it is in the stack
+ * output `proxies[].checkedAt`, and the exporter's metrics).
  */
 export function proxiesJson(
   urls: readonly string[],
@@ -70,7 +73,7 @@ export function proxiesJson(
     url,
     ready: readiness ? (checks[index]?.ready ?? null) : null,
     egressIp: checks[index]?.egressIp ?? null,
-    checkedAt: readiness ? (checks[index]?.checkedAt ?? null) : null,
+    checkedAt: null,
   }));
   return JSON.stringify(entries);
 }
@@ -92,11 +95,9 @@ export function sliceEndpoint(
   };
 }
 
-/** The slice annotation carrying the egress addresses and check times (conditions have no room for them). */
+/** The slice annotation carrying the egress addresses (conditions have no room for them); no check time, as in proxies.json. */
 export const CHECKS_ANNOTATION = "egress-proxies.dev/checks";
 
 export function checksAnnotation(checks: readonly EndpointCheck[]): string {
-  return JSON.stringify(
-    checks.map(({ address, egressIp, checkedAt }) => ({ address, egressIp, checkedAt })),
-  );
+  return JSON.stringify(checks.map(({ address, egressIp }) => ({ address, egressIp })));
 }

@@ -5,9 +5,10 @@
  * the rule lives here so that every backend follows the same one
  * (docs/day2.md, "Egress re-checked on refresh"):
  *
- * - the proxy answers with the exit address recorded: nothing changes, not
- *   even `checkedAt` (it keeps the time that address was first seen), so a
- *   resync of a healthy pool changes no output and plans nothing;
+ * - the proxy answers with the exit address recorded: only `checkedAt`
+ *   moves (the time of the last check that answered: how fresh the finding
+ *   is), so a resync of a healthy pool plans nothing (no input depends on
+ *   it: the pool publishes no check time, components/published-checks.ts);
  * - it answers with another exit address: accepted (`egressIp` and
  *   `checkedAt` are new) and the pool republishes it;
  * - it does not answer (its port, or the egress URL through it, after
@@ -245,13 +246,8 @@ function findingOf(
     probe.ok ? [] : [{ family, kind: probe.kind, reason: probe.reason }],
   );
   if (failures.length === 0)
-    // The same finding keeps its time: a confirming refresh changes no output.
-    return {
-      egressIp,
-      checkedAt: !changed && problem === undefined && knownAt !== null ? knownAt : now(),
-      egressProblem: null,
-      ...v6,
-    };
+    // The time of the last check that answered, confirming or not: it says how fresh the finding is.
+    return { egressIp, checkedAt: now(), egressProblem: null, ...v6 };
   const kind = failures.some((failure) => failure.kind === "unanswered") ? "unanswered" : "egress";
   const failing = failures.filter((failure) => failure.kind === kind);
   const label = (family: IpFamily) => (family === "ipv6" ? "IPv6" : "IPv4");

@@ -169,14 +169,14 @@ describe("engine: a dual-stack proxy's IPv6 side on refresh and up (ProxmoxProxy
       family,
     );
 
-  it("healthy on both families: refresh + plan is quiet three times, no output moves", async () => {
+  it("healthy on both families: refresh + plan is quiet three times; only checkedAt moves", async () => {
     const stored = await createProxy();
     const rounds = await refreshThenPlan(server, captured.urn, stored, captured.inputs);
     assert.deepEqual(planSummary(rounds), ["none", "none", "none"]);
     for (const { stored: round } of rounds) {
       assert.equal(round.outputs.ipv6Address, v6);
       assert.equal(round.outputs.egressIpv6, v6);
-      assert.equal(round.outputs.checkedAt, stored.outputs.checkedAt);
+      assert.ok(String(round.outputs.checkedAt) > String(stored.outputs.checkedAt));
       assert.equal(round.outputs.egressProblem, null);
     }
     await server.delete(captured.urn, stored.id, rounds.at(-1)!.stored.outputs);

@@ -91,13 +91,19 @@ describe("engine: egress re-checked on refresh, healed by up (ProxmoxProxy, simu
 
   const vmidOf = (stored: StoredResource) => Number(stored.outputs.vmid);
 
-  it("a healthy proxy: refresh + plan is quiet three times, and no output moves (checkedAt kept)", async () => {
+  it("a healthy proxy: refresh + plan is quiet three times; only checkedAt moves, to each check's time", async () => {
     const stored = await createProxy();
     assert.equal(stored.outputs.egressIp, "127.0.0.3");
     const rounds = await refreshThenPlan(server, captured.urn, stored, captured.inputs);
     assert.deepEqual(planSummary(rounds), ["none", "none", "none"]);
+    let before = String(stored.outputs.checkedAt);
     for (const round of rounds) {
-      assert.equal(round.stored.outputs.checkedAt, stored.outputs.checkedAt);
+      assert.ok(
+        String(round.stored.outputs.checkedAt) > before,
+        "the time of the last check that ran",
+      );
+      before = String(round.stored.outputs.checkedAt);
+      assert.equal(round.stored.outputs.egressIp, "127.0.0.3");
       assert.equal(round.stored.outputs.egressProblem, null);
     }
     await server.delete(captured.urn, stored.id, rounds.at(-1)!.stored.outputs);
@@ -115,7 +121,9 @@ describe("engine: egress re-checked on refresh, healed by up (ProxmoxProxy, simu
     const next = { id: stored.id, outputs: refreshed.properties, inputs: checked.inputs };
     const rounds = await refreshThenPlan(server, captured.urn, next, captured.inputs, 2);
     assert.deepEqual(planSummary(rounds), ["none", "none"]);
-    assert.equal(rounds.at(-1)!.stored.outputs.checkedAt, refreshed.properties.checkedAt);
+    assert.ok(
+      String(rounds.at(-1)!.stored.outputs.checkedAt) > String(refreshed.properties.checkedAt),
+    );
     await proxyAgain("127.0.0.3");
     await server.delete(captured.urn, stored.id, next.outputs);
   });

@@ -437,7 +437,7 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
 
     const refreshed = await refreshAll(server, members);
     assert.equal(refreshed[0]!.outputs!.egressIp, ipOf(first));
-    assert.equal(refreshed[0]!.outputs!.checkedAt, checkedAt[0], "unchanged: checkedAt kept");
+    assert.ok(String(refreshed[0]!.outputs!.checkedAt) > String(checkedAt[0]), "confirmed now");
     assert.equal(refreshed[1]!.outputs!.egressIp, natAddress, "refresh shows the new address");
     assert.notEqual(refreshed[1]!.outputs!.checkedAt, checkedAt[1]);
     assert.equal(refreshed[1]!.outputs!.egressProblem, null);

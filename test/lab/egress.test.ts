@@ -479,10 +479,10 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
     const refresh = (index: number, olds = created[index]!.outs) =>
       refreshWithRecheck(created[index]!.id, olds);
 
-    // Proxy 0 answers as at create: no output moves, no plan.
+    // Proxy 0 answers as at create: only the time of the last check moves, no plan.
     const quiet = await refresh(0);
     assert.equal(quiet.props.egressIp, natAddress);
-    assert.equal(quiet.props.checkedAt, created[0]!.outs.checkedAt);
+    assert.ok(String(quiet.props.checkedAt) > String(created[0]!.outs.checkedAt));
     assert.equal(quiet.props.egressProblem, null);
     assert.equal(quiet.changes, false);
 

@@ -37,10 +37,12 @@ describe("egress re-check on refresh (common/egress-recheck.ts)", function () {
   const target = () => ({ host: "127.0.0.2", port: proxy.port });
   const within = () => Deadline.afterSeconds(20, "test");
 
-  it("a confirmed address changes no output: checkedAt keeps the time it was first seen", async () => {
+  it("a confirmed address: only checkedAt moves, to the time of this check", async () => {
     const previous = { egressIp: "127.0.0.3", checkedAt: "2026-12-01T00:00:00.000Z" };
-    const finding = await recheckEgress(target(), check(), previous, within());
-    assert.deepEqual(finding, { ...previous, egressProblem: null });
+    const before = Date.now();
+    const { checkedAt, ...finding } = await recheckEgress(target(), check(), previous, within());
+    assert.deepEqual(finding, { egressIp: "127.0.0.3", egressProblem: null });
+    assert.ok(Date.parse(String(checkedAt)) >= before - 1000, String(checkedAt));
   });
 
   it("a new exit address is accepted with a new checkedAt", async () => {

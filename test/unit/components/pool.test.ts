@@ -422,12 +422,12 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       published.map((entry) => entry.url),
       endpoints,
     );
-    // What readiness found at create (mode "port", no egress check), not a constant.
+    // What readiness found at create (mode "port", no egress check), not a constant; no check time.
     assert.deepEqual(published[0], {
       url: endpoints[0],
       ready: true,
       egressIp: null,
-      checkedAt: "2026-11-30T12:00:00.000Z",
+      checkedAt: null,
     });
     assert.equal(service.spec.selector, undefined, "no selector: the slice lists the endpoints");
     assert.equal(service.spec.ports[0].port, 3128);
