@@ -44,7 +44,7 @@ export interface Spec {
 const LAB_SECONDS: Record<string, number> = {
   "engine/root-program.test.js": 170, // (2) the pool end to end
   "engine/stock-host.test.js": 150, // (1, UEFI) zero-config on a stock host
-  "lab/egress.test.js": 290, // (2, then 1) squid with auth, NAT, check, a cut path, one restarted by the egress re-check
+  "lab/egress.test.js": 200, // (2) squid with auth, NAT, check, one restarted by the egress re-check
   "lab/kvm-proxy.test.js": 95, // (1 + 10 that are not waited for)
   "engine/kvm-egress-rotate.test.js": 250, // (2, then 1) a changed exit address, one member rotated, both upgraded in place
   "lab/dual-stack.test.js": 180, // (1) SLAAC + DHCPv4, squid and the egress check over both families (3 Dec)
