@@ -17,7 +17,12 @@
  * - squid's document changed (state as a pool of the previous release left
  *   it, without guestFiles): `up` updates both members in place through the
  *   guest agent, replaces none, and the new squid.conf reads back in each
- *   guest (docs/day2.md, "Upgrades in place").
+ *   guest (docs/day2.md, "Upgrades in place");
+ * - scaled to three, this machine's path to all of them cut (prohibit
+ *   routes): an `up --refresh` in a provider process of its own restarts,
+ *   replaces and deletes nothing; every member is "path unknown" in the
+ *   outputs, and `check` given them names all three apart; then one member
+ *   killed (squid stopped, VM destroyed), the path back: only it is healed.
  *
  * After each step the host holds exactly what state records. Three guest
  * boots in all (two at once, then the rotated one), under the `day2kvm`
@@ -53,6 +58,7 @@ import {
   type Props,
 } from "./harness";
 import { refreshAll, stepSummary, upAll, upWithRefresh, type Member } from "./up-refresh";
+import { inGuest } from "../lab/kvm-support";
 
 /** The pool's name: its members are `day2kvm-lab-<i>`, their VMs `day2kvm-lab-<i>-<generated>`. */
 const POOL = "day2kvm";
@@ -124,7 +130,15 @@ interface PoolRun {
   children: Map<string, Props>;
   /** The EndpointSlice's endpoints; undefined when nothing was published. */
   slice?: Array<{ address: string; ready: boolean }>;
-  proxies?: Array<{ name: string; egressIp: string | null; ready: boolean | null; ip: string }>;
+  proxies?: Array<{
+    name: string;
+    egressIp: string | null;
+    ready: boolean | null;
+    ip: string;
+    endpoint: string;
+    egressProblemKind?: string | null;
+    egressProblem?: string | null;
+  }>;
   egress?: Array<{ address: string; proxies: string[] }>;
   error?: string;
   stderr: string;
@@ -274,8 +288,8 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
   }
 
   /** The program's inputs for every member, from a run of the pool. */
-  function declare(run: PoolRun): void {
-    for (let index = 0; index < COUNT; index++) {
+  function declare(run: PoolRun, count = COUNT): void {
+    for (let index = 0; index < count; index++) {
       const name = `${POOL}-lab-${index}`;
       const program = run.children.get(name);
       assert.ok(program, `the pool declared ${name}: ${[...run.children.keys()].join()}`);
@@ -639,6 +653,117 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
       members.map((m) => `${m.name}:same`),
       "nothing more to do",
     );
+    assertHostHoldsExactlyState();
+  });
+  it("three members and this machine's path to all cut: up --refresh restarts, replaces and deletes nothing, and the outputs and check say why; then one member killed: only that one is healed", async () => {
+    // Scaled to three: the pool places lab-2 and the engine creates it (one boot).
+    const backends = poolArgs.backends as Props[];
+    poolArgs = { ...poolArgs, backends: [{ ...backends[0]!, count: 3 }] };
+    declare(runPool(), 3);
+    assert.deepEqual(stepSummary(await upAll(server, members)), [
+      `${POOL}-lab-0:same`,
+      `${POOL}-lab-1:same`,
+      `${POOL}-lab-2:create`,
+    ]);
+    guests.add(vmNameOf(member(2)));
+    /** Each `up` a provider process of its own, as the engine starts one per deployment. */
+    const deployment = async () => {
+      const provider = await DynamicProviderServer.start(project);
+      provider.callTimeoutMs = engineCallMs();
+      await provider.configure({});
+      return provider;
+    };
+    const cutRoutes = (action: "add" | "del") => {
+      for (const m of members)
+        execFileSync("ip", ["route", action, "prohibit", `${ipOf(m)}/32`], { stdio: "inherit" });
+    };
+    // Should this process die before the finally: the lab's teardown (lab-down.sh --purge) takes them back.
+    for (const m of members)
+      writeFileSync(
+        `${lab.labDir}.undo`,
+        `if [ -n "$(ip route show type prohibit ${ipOf(m)}/32)" ]; then ip route del prohibit ${ipOf(m)}/32; fi\n`,
+        { flag: "a" },
+      );
+    const vmIds = members.map((m) => m.stored!.outputs.libvirtUuid);
+    cutRoutes("add");
+    try {
+      const dark = await deployment();
+      try {
+        assert.deepEqual(
+          stepSummary(await upWithRefresh(dark, members)),
+          members.map((m) => `${m.name}:same`),
+          "nothing restarted, replaced or deleted",
+        );
+      } finally {
+        await dark.stop();
+      }
+      for (const m of members)
+        assert.equal(
+          (m.stored!.outputs.egressProblem as { kind?: string } | null)?.kind,
+          "path-unknown",
+          `${m.name}: silent from here, listening in its guest`,
+        );
+      // What the pool says of them, and `check` given those outputs.
+      const outputs = runPool();
+      assert.deepEqual(
+        outputs.proxies!.map((p) => p.egressProblemKind),
+        ["path-unknown", "path-unknown", "path-unknown"],
+      );
+      const report = spawnSync(
+        process.execPath,
+        [
+          join(__dirname, "..", "..", "cli", "main.js"),
+          "check",
+          "--target",
+          `http://${echoAddress}:${echoPort}/`,
+          "--timeout",
+          "3",
+          "--user",
+          AUTH.user,
+        ],
+        {
+          input: JSON.stringify({
+            endpoints: outputs.proxies!.map((p) => p.endpoint),
+            proxies: outputs.proxies,
+          }),
+          encoding: "utf8",
+          env: { ...process.env, EGRESS_PROXY_PASSWORD: AUTH.password },
+          timeout: 60_000,
+        },
+      );
+      assert.equal(report.status, 1, report.stdout + report.stderr);
+      assert.match(
+        report.stdout,
+        /not suggested for replacement: lab-0, lab-1, lab-2: the last refresh found them silent from its runner but listening in their guests \(path unknown\)/,
+      );
+    } finally {
+      cutRoutes("del");
+    }
+    assert.deepEqual(
+      members.map((m) => m.stored!.outputs.libvirtUuid),
+      vmIds,
+      "the same VMs",
+    );
+
+    // The path is back; lab-1 is really killed: its squid stopped, its VM destroyed.
+    const killed = member(1);
+    const stopped = await inGuest(lab, vmNameOf(killed), "/bin/systemctl", ["stop", "squid"]);
+    assert.equal(stopped.exitcode, 0, stopped.out);
+    virsh("destroy", vmNameOf(killed));
+    const bright = await deployment();
+    try {
+      assert.deepEqual(
+        stepSummary(await upWithRefresh(bright, members)),
+        [`${POOL}-lab-0:same`, `${POOL}-lab-1:update`, `${POOL}-lab-2:same`],
+        "only the killed member is healed",
+      );
+    } finally {
+      await bright.stop();
+    }
+    assert.equal(killed.stored!.outputs.state, "running");
+    assert.equal(killed.stored!.outputs.egressProblem, null);
+    assert.equal(killed.stored!.outputs.libvirtUuid, vmIds[1], "started again, the same VM");
+    assert.equal(await answers(ipOf(killed)), true);
     assertHostHoldsExactlyState();
   });
 });

@@ -46,7 +46,7 @@ const LAB_SECONDS: Record<string, number> = {
   "engine/stock-host.test.js": 150, // (1, UEFI) zero-config on a stock host
   "lab/egress.test.js": 200, // (2) squid with auth, NAT, check, one restarted by the egress re-check
   "lab/kvm-proxy.test.js": 95, // (1 + 10 that are not waited for)
-  "engine/kvm-egress-rotate.test.js": 250, // (2, then 1) a changed exit address, one member rotated, both upgraded in place
+  "engine/kvm-egress-rotate.test.js": 370, // (2, then 1, 1, 1) an exit address changed, a rotation, an upgrade in place, three members on a cut path, one killed and healed
   "lab/dual-stack.test.js": 180, // (1) SLAAC + DHCPv4, squid and the egress check over both families (3 Dec)
   "lab/prefix-egress.test.js": 240, // (1) a routed ULA /64 spread by the prefix dialer, 1000 requests (3 Dec)
   "engine/kvm-heal.test.js": 65, // (2, and 4 replacements not waited for) heal on refresh + up
