@@ -29,7 +29,7 @@ import {
   sliceEndpoint,
   type EndpointCheck,
 } from "./published-checks";
-import { SLICE_MEMBERS_KEY, sliceMembersJson } from "./slice-members";
+import { SLICE_MEMBERS_KEY, sliceMembersJson, type SliceMembers } from "./slice-members";
 
 export interface KubernetesPublishingArgs {
   /** Namespace for the Secret, Service and EndpointSlice; it must exist. */
@@ -144,7 +144,7 @@ function publishingLabels(
 function secretDocuments(
   urls: readonly string[],
   checks: readonly EndpointCheck[] | undefined,
-  members: { port: number; ipv4: string[]; ipv6?: string[] } | undefined,
+  members: SliceMembers | undefined,
 ): Record<string, string> {
   return {
     "proxies.txt": urls.map((url) => `${url}\n`).join(""),

@@ -125,6 +125,18 @@ export function guestFilesToDeliver(
     : wanted;
 }
 
+/**
+ * What state keeps of a VM whose new files could not be delivered because
+ * it is not running: the document it has, so the next update delivers them.
+ */
+export function documentKept(olds: Props): Props {
+  return {
+    guestFiles: olds.guestFiles,
+    userData: olds.userData,
+    userDataBase64: olds.userDataBase64,
+  };
+}
+
 /** How a backend reaches into a running guest. Each call keeps its own deadline. */
 export interface GuestChannel {
   /** The file's bytes; undefined when it does not exist. */

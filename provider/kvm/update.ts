@@ -7,7 +7,12 @@ import { isIncompleteCreate } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
 import { restartAdmitted } from "../common/disruption-rules";
 import { EgressHealFailedError, needsEgressRestart } from "../common/egress-recheck";
-import { deliverGuestFiles, guestFilesToDeliver, type GuestFiles } from "../common/guest-files";
+import {
+  deliverGuestFiles,
+  documentKept,
+  guestFilesToDeliver,
+  type GuestFiles,
+} from "../common/guest-files";
 import { ReplaceOnNextUpError } from "../common/replacement";
 import { openHost } from "./connect";
 import { parseDomainXml } from "./domain-xml";
@@ -40,18 +45,14 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   if (isIncompleteCreate(olds)) return continueCreate(id, news, create);
   const inputs = checkedInputs(news);
   const outs = carriedOutputs(olds, inputs, CARRIED_KEYS);
+  const files = guestFilesToDeliver(olds, inputs);
   const changes = {
     ...inPlaceChanges(olds, inputs),
     restart: needsEgressRestart(olds, inputs) && restartAdmitted(news),
-    guestFiles: inputs.running ? guestFilesToDeliver(olds, inputs) : undefined,
+    guestFiles: inputs.running ? files : undefined,
   };
   // A VM left stopped gets its files when it runs again: state keeps what it has until then.
-  if (!inputs.running && guestFilesToDeliver(olds, inputs) !== undefined)
-    Object.assign(outs, {
-      guestFiles: olds.guestFiles,
-      userData: olds.userData,
-      userDataBase64: olds.userDataBase64,
-    });
+  if (!inputs.running && files !== undefined) Object.assign(outs, documentKept(olds));
   if (!anyInPlaceChange(changes) && !changes.restart && changes.guestFiles === undefined)
     return { outs };
   const deadline = deadlineFor(inputs.timeouts, "create");

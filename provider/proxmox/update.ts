@@ -13,7 +13,7 @@ import { restartAdmitted } from "../common/disruption-rules";
 import { EgressHealFailedError, needsEgressRestart } from "../common/egress-recheck";
 import { egressAtReadiness } from "../common/egress";
 import { ReplaceOnNextUpError } from "../common/replacement";
-import { deliverGuestFiles, guestFilesToDeliver } from "../common/guest-files";
+import { deliverGuestFiles, documentKept, guestFilesToDeliver } from "../common/guest-files";
 import { guestChannelOfVm } from "./guest-files";
 import { FormFields } from "./client";
 import { ProxmoxProxyOutputs } from "./schema";
@@ -54,8 +54,7 @@ export async function update(id: string, olds: Props, news: Props): Promise<{ ou
   const restart = needsEgressRestart(olds, spec) && restartAdmitted(news);
   const files = guestFilesToDeliver(olds, spec);
   // A VM left stopped gets its files when it runs again: state keeps what it has until then.
-  if (files !== undefined && !spec.running)
-    Object.assign(carried, { guestFiles: olds.guestFiles, userData: olds.userData });
+  if (files !== undefined && !spec.running) Object.assign(carried, documentKept(olds));
   const deliver = async () => {
     if (files === undefined || !spec.running) return;
     progress(spec.vmName, `delivering ${files.files.length} guest file(s) into VMID ${ref.vmid}`);

@@ -50,11 +50,40 @@ describe("egress-proxies check --serve --endpointslices: the exporter writes the
   let exporter: RunningExporter | undefined;
   let dir: string;
 
-  const start = async (api: ApiStandIn, list: string, interval: number, echoPort: number) => {
+  /**
+   * An echo service, a forward proxy per member address (each its own exit), the stand-in API
+   * server with the pool's member list and `grants`, the exporter's list of those proxies, and
+   * the exporter itself checking every `interval` seconds.
+   */
+  const startPool = async (
+    hosts: string[],
+    members: { port: number; ipv4: string[]; ipv6?: string[] },
+    options: { interval: number; grants?: typeof ROLE },
+  ) => {
+    const echo = await startEchoServer("127.0.0.1");
+    servers.push(echo);
+    const proxies = [];
+    for (const host of hosts) {
+      const proxy = await startForwardProxy({ host, egressAddress: host });
+      servers.push(proxy);
+      proxies.push(proxy);
+    }
+    const api = await startApiStandIn({
+      token: TOKEN,
+      service: SERVICE,
+      members,
+      grants: options.grants ?? ROLE,
+    });
+    apis.push(api);
+    const list = join(dir, `proxies-${apis.length}.json`);
+    writeFileSync(
+      list,
+      JSON.stringify(proxies.map((p) => ({ url: `http://${p.host}:${p.port}`, ready: null }))),
+    );
     exporter = await startExporter(
       [
-        ...["--interval", String(interval), "--timeout", "3", "--from", list],
-        ...["--target", `http://127.0.0.1:${echoPort}/`, "--endpointslices", "crawlers/egress"],
+        ...["--interval", String(options.interval), "--timeout", "3", "--from", list],
+        ...["--target", `http://127.0.0.1:${echo.port}/`, "--endpointslices", "crawlers/egress"],
       ],
       "",
       {
@@ -63,7 +92,7 @@ describe("egress-proxies check --serve --endpointslices: the exporter writes the
         EGRESS_KUBE_SERVICEACCOUNT_DIR: dir,
       },
     );
-    return exporter;
+    return { api, proxies, running: exporter };
   };
 
   before(() => {
@@ -80,25 +109,15 @@ describe("egress-proxies check --serve --endpointslices: the exporter writes the
   after(() => rmSync(dir, { recursive: true, force: true }));
 
   it("creates the slice owned by the Service, as the only field manager; writes nothing while it agrees; flips a broken member", async () => {
-    const echo = await startEchoServer("127.0.0.1");
-    const steady = await startForwardProxy({ host: "127.0.0.2", egressAddress: "127.0.0.2" });
-    const doomed = await startForwardProxy({ host: "127.0.0.3", egressAddress: "127.0.0.3" });
-    servers.push(echo, steady, doomed);
-    const api = await startApiStandIn({
-      token: TOKEN,
-      service: SERVICE,
-      members: { port: 3128, ipv4: ["127.0.0.2", "127.0.0.3"] },
-      grants: ROLE,
-    });
-    apis.push(api);
-    const list = join(dir, "proxies.json");
-    writeFileSync(
-      list,
-      JSON.stringify(
-        [steady, doomed].map((s) => ({ url: `http://${s.host}:${s.port}`, ready: null })),
-      ),
+    const {
+      api,
+      proxies: [, doomed],
+      running,
+    } = await startPool(
+      ["127.0.0.2", "127.0.0.3"],
+      { port: 3128, ipv4: ["127.0.0.2", "127.0.0.3"] },
+      { interval: 1 },
     );
-    const running = await start(api, list, 1, echo.port);
 
     await until("the slice written with both members checked ready", 20_000, async () =>
       same(conditionsOf(api, "egress-checked"), [
@@ -165,20 +184,12 @@ describe("egress-proxies check --serve --endpointslices: the exporter writes the
   });
 
   it("follows the Secret's member list within seconds (no check needed), restores a stray write, keeps a bad list out", async () => {
-    const echo = await startEchoServer("127.0.0.1");
-    const member = await startForwardProxy({ host: "127.0.0.2", egressAddress: "127.0.0.2" });
-    servers.push(echo, member);
-    const api = await startApiStandIn({
-      token: TOKEN,
-      service: SERVICE,
-      members: { port: 3128, ipv4: ["127.0.0.2"], ipv6: ["2001:db8::8"] },
-      grants: ROLE,
-    });
-    apis.push(api);
-    const list = join(dir, "proxies-2.json");
-    writeFileSync(list, JSON.stringify([{ url: `http://127.0.0.2:${member.port}`, ready: null }]));
     // One check at the start, the next in ten minutes: whatever changes after the first comes from the member list.
-    const running = await start(api, list, 600, echo.port);
+    const { api, running } = await startPool(
+      ["127.0.0.2"],
+      { port: 3128, ipv4: ["127.0.0.2"], ipv6: ["2001:db8::8"] },
+      { interval: 600 },
+    );
     await until("both families' slices written, the IPv4 member checked", 20_000, async () =>
       same(conditionsOf(api, "egress-checked"), [["127.0.0.2", { ready: true }]]) &&
       same(conditionsOf(api, "egress-checked-ipv6"), [["2001:db8::8", {}]])
@@ -237,19 +248,11 @@ describe("egress-proxies check --serve --endpointslices: the exporter writes the
   });
 
   it("without the Role's create, says so and is not ready (a rollout waits for it)", async () => {
-    const echo = await startEchoServer("127.0.0.1");
-    const member = await startForwardProxy({ host: "127.0.0.2", egressAddress: "127.0.0.2" });
-    servers.push(echo, member);
-    const api = await startApiStandIn({
-      token: TOKEN,
-      service: SERVICE,
-      members: { port: 3128, ipv4: ["127.0.0.2"] },
-      grants: ROLE.filter((grant) => grant.verb !== "create"),
-    });
-    apis.push(api);
-    const list = join(dir, "proxies-3.json");
-    writeFileSync(list, JSON.stringify([{ url: `http://127.0.0.2:${member.port}`, ready: null }]));
-    const running = await start(api, list, 1, echo.port);
+    const { running } = await startPool(
+      ["127.0.0.2"],
+      { port: 3128, ipv4: ["127.0.0.2"] },
+      { interval: 1, grants: ROLE.filter((grant) => grant.verb !== "create") },
+    );
     await until("the refusal logged", 20_000, async () =>
       /applying EndpointSlice crawlers\/egress-checked: 403 .*cannot create resource "endpointslices"/.test(
         running.stderr(),
