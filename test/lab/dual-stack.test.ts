@@ -1,19 +1,25 @@
 /**
- * A dual-stack KvmProxy in the lab, one TCG guest: the seed's network-config
- * turns IPv6 on (SLAAC from the router advertisements host-link.sh starts on
- * br-lab), create waits for an address of each family from the guest agent
- * and for squid's port on both, and the egress check reaches the echo service
- * on this machine's lab leg once by its IPv4 literal through the VM's IPv4
- * address and once by its IPv6 literal through the VM's IPv6 address. The
- * guest, the echo servers and the cached base image are removed in `after`,
- * also when a test fails.
+ * A KvmProxy's life in the lab, dual stack, one TCG guest, over SSH: the
+ * image comes from a server that sends no length (one download, its progress
+ * reported), the seed's network-config turns IPv6 on (SLAAC from the router
+ * advertisements host-link.sh starts on br-lab), create waits for an address
+ * of each family from the guest agent and for squid's port on both, and the
+ * egress check reaches the echo service on this machine's lab leg once by its
+ * IPv4 literal through the VM's IPv4 address and once by its IPv6 literal
+ * through the VM's IPv6 address. Refresh follows a changed address; delete
+ * leaves nothing of the VM and keeps the cached base. One guest for all of it
+ * (a boot under TCG is most of a lab suite's cost; the plain IPv4 path is what
+ * every other lab suite boots). The guest, the echo servers and the cached base
+ * image are removed in `after`, also when a test fails.
  */
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { poolUserData, squidCloudConfig } from "../../components/squid-cloud-init";
 import { eui64InterfaceId, ipv6Bytes } from "../../provider/common/ip-families";
 import { closeAllHosts } from "../../provider/kvm/connect";
+import { overlayVolumeName, seedVolumeName } from "../../provider/kvm/naming";
 import * as kvm from "../../provider/kvm/provider";
 import { openLocalLibvirt } from "../../provider/ssh/local";
 import { getThroughProxy, startEchoServer, type RunningServer } from "../support/forward-proxy";
@@ -34,7 +40,7 @@ import {
 const AUTH = { user: "crawler", password: "dual stack lab secret" };
 const owner = { project: "egress-lab", stack: "dual-stack-test", resource: "proxy" };
 
-describe("dual stack in the lab (one squid VM over IPv4 and IPv6)", function () {
+describe("a KvmProxy's life in the lab, dual stack (one squid VM over IPv4 and IPv6, over SSH)", function () {
   this.timeout(900_000);
   let lab: LabEnv;
   let prefix6: string;
@@ -44,6 +50,7 @@ describe("dual stack in the lab (one squid VM over IPv4 and IPv6)", function () 
   let echo4: RunningServer | undefined;
   let echo6: RunningServer | undefined;
   let created: { id: string; outs: Record<string, unknown> } | undefined;
+  const progress: string[] = [];
 
   before(async () => {
     lab = await useLab();
@@ -52,7 +59,9 @@ describe("dual stack in the lab (one squid VM over IPv4 and IPv6)", function () 
     prefix6 = readFileSync(join(lab.labDir, "subnet6"), "utf8").trim();
     hostIpv6 = `${prefix6}::fe`;
     image = await ensureProxyImage();
-    imageServer = await serveImage(image);
+    // No Content-Length: the download is measured as it goes (image.maxMiB), its progress reported.
+    imageServer = await serveImage(image, { chunked: true });
+    kvm.setProgressLog((line) => progress.push(line));
     // The echo service on this machine's lab leg, one per family.
     echo4 = await startEchoServer(lab.hostAddress);
     echo6 = await startEchoServer(hostIpv6);
@@ -113,6 +122,20 @@ describe("dual stack in the lab (one squid VM over IPv4 and IPv6)", function () 
       }
     }
     await closeAllHosts();
+  });
+
+  it("was made over SSH from one download, its progress reported, and runs", () => {
+    const outs = created!.outs;
+    assert.equal(outs.host, `${lab.sshHost}:${lab.sshPort}`);
+    assert.equal(created!.id, `hosts/${lab.sshHost}:${lab.sshPort}/domains/${String(outs.vmName)}`);
+    assert.equal(outs.state, "running");
+    assert.match(String(outs.libvirtUuid), /^[0-9a-f-]{36}$/);
+    assert.equal(imageServer!.requests.filter((r) => r.method === "GET").length, 1, "one download");
+    assert.ok(!imageServer!.requests.some((r) => r.method === "HEAD"), "no HEAD request");
+    assert.ok(
+      progress.some((line) => /MiB.*at .* MiB\/s/.test(line)),
+      `download progress was reported: ${progress.join(" | ")}`,
+    );
   });
 
   it("gets an IPv4 lease and a SLAAC address from the lab's /64, made from its MAC", () => {
@@ -185,5 +208,24 @@ describe("dual stack in the lab (one squid VM over IPv4 and IPv6)", function () 
     );
     assert.equal(over6.status, 200);
     created = { id, outs: refreshed.props };
+  });
+  it("deletes cleanly: no domain, overlay or seed left, the base stays cached; a second delete is fine and read finds nothing", async () => {
+    const { id, outs } = created!;
+    const vmName = String(outs.vmName);
+    await kvm.remove(id, outs);
+    const virsh = (...args: string[]) =>
+      execFileSync("virsh", ["-q", "-c", lab.uri, ...args], { encoding: "utf8" });
+    assert.ok(!virsh("list", "--all", "--name").split("\n").includes(vmName), "no domain left");
+    const volumes = virsh("vol-list", lab.pool)
+      .split("\n")
+      .map((line) => line.trim().split(/\s+/)[0]);
+    assert.ok(
+      !volumes.includes(overlayVolumeName(vmName)) && !volumes.includes(seedVolumeName(vmName)),
+      volumes.join(","),
+    );
+    assert.ok(volumes.includes(String(outs.imageVolume)), "the base image stays cached");
+    await kvm.remove(id, outs);
+    assert.deepEqual(await kvm.read(id, outs), {});
+    created = undefined;
   });
 });

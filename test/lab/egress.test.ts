@@ -38,7 +38,6 @@ import {
   labConnection,
   linkHostToLab,
   refreshWithRecheck,
-  inGuest,
   removeCachedBaseImage,
   serveImage,
   type ProxyImage,
@@ -474,7 +473,7 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
     assert.match(String(report.proxies[1]!.error), /^http: .*ECONNREFUSED/);
   });
 
-  it("refresh re-checks egress: confirmed quietly, a new NAT address accepted; with this machine's path to both cut, the listening one not restarted and the dead one restarted by up", async () => {
+  it("refresh re-checks egress: confirmed quietly, a new NAT address accepted; with this machine's path to both cut, the listening one not restarted and the dead one planned for a restart", async () => {
     // The program with the pool's default: every refresh re-checks each running proxy.
     const refresh = (index: number, olds = created[index]!.outs) =>
       refreshWithRecheck(created[index]!.id, olds);
@@ -554,29 +553,14 @@ describe("egress in the lab (two squid VMs, an echo service, one NAT address)", 
     );
     assert.equal(silent.props.state, "running");
     assert.equal(silent.changes, true);
-    const { outs } = await kvm.update(created[1]!.id, silent.props, silent.news);
-    assert.equal(outs.egressProblem, null);
-    assert.equal(outs.egressIp, natAddress);
-    assert.equal(outs.libvirtUuid, created[1]!.outs.libvirtUuid, "the same VM");
-    // Shut down, not reset: the guest's previous boot (its journal is persistent) ended powering off.
-    const previousBoot = await inGuest(lab, vmNameOf(1), "/bin/journalctl", [
-      "-b",
-      "-1",
-      "--no-pager",
-      "-q",
-      "-n",
-      "40",
-    ]);
-    assert.equal(previousBoot.exitcode, 0, previousBoot.out);
-    assert.match(
-      previousBoot.out,
-      /Reached target .*(Power-Off|System Power Off)/,
-      previousBoot.out,
+    assert.deepEqual(silent.replaces, [], "a restart in place, not a replacement");
+    // What `up` does with that plan (a graceful restart of the same VM) is engine/kvm-egress-rotate's
+    // last step, on a member of a pool; a guest boot less here.
+    assert.equal(
+      silent.props.libvirtUuid,
+      created[1]!.outs.libvirtUuid,
+      "the same VM, not replaced",
     );
-    created[1] = { id: created[1]!.id, outs };
-    const healed = await refresh(1);
-    assert.equal(healed.props.egressProblem, null);
-    assert.equal(healed.changes, false);
   });
 
   it("deletes both proxies from their outputs (egressIp and checkedAt included), and read finds nothing", async () => {
