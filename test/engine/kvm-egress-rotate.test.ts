@@ -57,7 +57,14 @@ import {
   type ConsumerProject,
   type Props,
 } from "./harness";
-import { refreshAll, stepSummary, upAll, upWithRefresh, type Member } from "./up-refresh";
+import {
+  refreshAll,
+  stepSummary,
+  upAll,
+  upAllAtOnce,
+  upWithRefresh,
+  type Member,
+} from "./up-refresh";
 import { inGuest } from "../lab/kvm-support";
 
 /** The pool's name: its members are `day2kvm-lab-<i>`, their VMs `day2kvm-lab-<i>-<generated>`. */
@@ -612,7 +619,7 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     );
     assertHostHoldsExactlyState();
   });
-  it("squid's document upgraded, state as the previous release left it: `up` updates both members in place, replaces none, and each guest runs the new squid.conf (read back through the agent) and answers", async () => {
+  it("squid's document upgraded and the pool scaled to three in one `up`, state as the previous release left it: both members updated in place while the third is created, none replaced, and each guest runs the new squid.conf (read back through the agent) and answers", async () => {
     // State written before guestFiles existed: the document is only in user-data.
     for (const m of members) {
       const { guestFiles: _outputs, ...outputs } = m.stored!.outputs;
@@ -621,13 +628,26 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     }
     const vmNames = members.map(vmNameOf);
     const squid = poolArgs.squid as Props;
-    poolArgs = { ...poolArgs, squid: { ...squid, extraConfigLines: ["# upgraded in place"] } };
-    declare(runPool());
+    const backends = poolArgs.backends as Props[];
+    poolArgs = {
+      ...poolArgs,
+      squid: { ...squid, extraConfigLines: ["# upgraded in place"] },
+      backends: [{ ...backends[0]!, count: 3 }],
+    };
+    declare(runPool(), 3);
+    // The engine runs the three steps at once: the new member boots while the others are updated.
+    assert.deepEqual(stepSummary(await upAllAtOnce(server, members)), [
+      `${POOL}-lab-0:update`,
+      `${POOL}-lab-1:update`,
+      `${POOL}-lab-2:create`,
+    ]);
+    guests.add(vmNameOf(member(2)));
     assert.deepEqual(
-      stepSummary(await upAll(server, members)),
-      members.map((m) => `${m.name}:update`),
+      members.slice(0, 2).map(vmNameOf),
+      vmNames,
+      "the same VMs, the same exit addresses",
     );
-    assert.deepEqual(members.map(vmNameOf), vmNames, "the same VMs, the same exit addresses");
+    // The new member's user-data carries the new document: it reads back the same.
     for (const m of members) {
       // Another client than ours reads it back: virsh, through libvirt's agent passthrough.
       const agent = (command: object) =>
@@ -656,16 +676,7 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     assertHostHoldsExactlyState();
   });
   it("three members and this machine's path to all cut: up --refresh restarts, replaces and deletes nothing, and the outputs and check say why; then one member's squid stopped: only that one is healed (a graceful restart)", async () => {
-    // Scaled to three: the pool places lab-2 and the engine creates it (one boot).
-    const backends = poolArgs.backends as Props[];
-    poolArgs = { ...poolArgs, backends: [{ ...backends[0]!, count: 3 }] };
-    declare(runPool(), 3);
-    assert.deepEqual(stepSummary(await upAll(server, members)), [
-      `${POOL}-lab-0:same`,
-      `${POOL}-lab-1:same`,
-      `${POOL}-lab-2:create`,
-    ]);
-    guests.add(vmNameOf(member(2)));
+    assert.equal(members.length, 3);
     /** Each `up` a provider process of its own, as the engine starts one per deployment. */
     const deployment = async () => {
       const provider = await DynamicProviderServer.start(project);

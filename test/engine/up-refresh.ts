@@ -59,8 +59,21 @@ export async function upAll(
   members: readonly Member[],
 ): Promise<StepResult[]> {
   const steps: StepResult[] = [];
-  for (const member of members) steps.push(await up(server, member));
+  for (const member of members) steps.push(await (await plan(server, member))());
   return steps;
+}
+
+/**
+ * As the engine runs independent resources: check and diff one registration
+ * at a time, then every step at once (a create boots while updates go on).
+ */
+export async function upAllAtOnce(
+  server: DynamicProviderServer,
+  members: readonly Member[],
+): Promise<StepResult[]> {
+  const steps: Array<() => Promise<StepResult>> = [];
+  for (const member of members) steps.push(await plan(server, member));
+  return Promise.all(steps.map((step) => step()));
 }
 
 /** `up --refresh`: both of the above. */
@@ -79,37 +92,46 @@ export const stepSummary = (steps: readonly StepResult[]): string[] =>
       `${step.member}:${step.kind}${step.deleteFirst ? "(delete first)" : ""}${step.error ? "!" : ""}`,
   );
 
-async function up(server: DynamicProviderServer, member: Member): Promise<StepResult> {
+/** A member's check and diff, and its step, to run when the engine gets to it. */
+async function plan(
+  server: DynamicProviderServer,
+  member: Member,
+): Promise<() => Promise<StepResult>> {
   const stored = member.stored;
   const checked = await server.check(member.urn, stored?.inputs ?? {}, member.program);
   if (checked.failures.length > 0)
     throw new Error(`${member.name}: check failed ${JSON.stringify(checked.failures)}`);
   const news = checked.inputs;
-  if (stored === undefined) return create(server, member, news, "create");
+  if (stored === undefined) return () => create(server, member, news, "create");
   const diff = await server.diff(member.urn, stored.id, stored.outputs, news);
   if (diff.replaces.length > 0) {
-    if (diff.deleteBeforeReplace) {
-      await server.delete(member.urn, stored.id, stored.outputs);
-      member.stored = undefined;
-      return { ...(await create(server, member, news, "replace")), deleteFirst: true };
-    }
-    const step = await create(server, member, news, "replace");
-    // The engine deletes the old one once the new one is in state (a failed one too, at the latest
-    // at the next up); a create that left nothing keeps the old one.
-    if (member.stored !== stored) await server.delete(member.urn, stored.id, stored.outputs);
-    return { ...step, deleteFirst: false };
+    if (diff.deleteBeforeReplace)
+      return async () => {
+        await server.delete(member.urn, stored.id, stored.outputs);
+        member.stored = undefined;
+        return { ...(await create(server, member, news, "replace")), deleteFirst: true };
+      };
+    return async () => {
+      const step = await create(server, member, news, "replace");
+      // The engine deletes the old one once the new one is in state (a failed one too, at the latest
+      // at the next up); a create that left nothing keeps the old one.
+      if (member.stored !== stored) await server.delete(member.urn, stored.id, stored.outputs);
+      return { ...step, deleteFirst: false };
+    };
   }
   if (diff.changes === "none" && (stored.initErrors ?? []).length === 0) {
     member.stored = { ...stored, inputs: news };
-    return { member: member.name, kind: "same" };
+    return () => Promise.resolve({ member: member.name, kind: "same" });
   }
-  try {
-    const outputs = await server.update(member.urn, stored.id, stored.outputs, news);
-    member.stored = { id: stored.id, outputs, inputs: news };
-    return { member: member.name, kind: "update" };
-  } catch (error) {
-    return failed(member, error, news, "update");
-  }
+  return async () => {
+    try {
+      const outputs = await server.update(member.urn, stored.id, stored.outputs, news);
+      member.stored = { id: stored.id, outputs, inputs: news };
+      return { member: member.name, kind: "update" };
+    } catch (error) {
+      return failed(member, error, news, "update");
+    }
+  };
 }
 
 async function create(
