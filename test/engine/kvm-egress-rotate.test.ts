@@ -1,32 +1,38 @@
 /**
  * Day 2 for a pool of KvmProxies on the lab's libvirtd, through the real
  * dynamic-provider server, with the pool itself (EgressProxyPool under
- * mocks) deciding the children's inputs and what it publishes:
+ * mocks) deciding the children's inputs and what it publishes, and
+ * `egress-proxies check` (the built bin) watching the same VMs:
  *
+ * - `check`: the echo service sees each member's own address; HTTP, CONNECT
+ *   and the egress check pass; exit 0; promtool reads its Prometheus file;
+ *   `check --serve` shows a VM paused between scrapes down and resumed up;
  * - an exit address that changes (the lab puts a SNAT rule in front of the
  *   echo service for one member's source address): refresh shows the new
  *   `egressIp`, the next `up` accepts it in place and the pool republishes
  *   it (docs/day2.md: a new exit address is accepted, not replaced);
- * - both members then leave from one address: the pool names the `rotate`
- *   change, and rotating that member creates the new VM (ready, checked)
+ * - both members then leave from one address: `check` reports the shared
+ *   address, the pool names the `rotate` change, and rotating that member creates the new VM (ready, checked)
  *   before the old one is deleted, after the pool republished without it and
  *   its drain (`drainSeconds`), while a sampler keeps probing the ready
  *   endpoints the pool publishes: never fewer than `count - 1` answer;
  * - the NAT gone again: accepted, and refresh + up of the rotated pool (its
  *   `rotate` entry kept) proposes nothing;
  * - squid's document changed (state as a pool of the previous release left
- *   it, without guestFiles): `up` updates both members in place through the
- *   guest agent, replaces none, and the new squid.conf reads back in each
- *   guest (docs/day2.md, "Upgrades in place");
- * - scaled to three, this machine's path to all of them cut (prohibit
- *   routes): an `up --refresh` in a provider process of its own restarts,
- *   replaces and deletes nothing; every member is "path unknown" in the
- *   outputs, and `check` given them names all three apart; then one member
- *   killed (squid stopped, VM destroyed), the path back: only it is healed.
+ *   it, without guestFiles) and the pool scaled to three in one `up`: both
+ *   members updated in place through the guest agent while the third boots,
+ *   none replaced, and the new squid.conf reads back in each guest
+ *   (docs/day2.md, "Upgrades in place");
+ * - this machine's path to all three cut (prohibit routes): an `up --refresh`
+ *   in a provider process of its own restarts, replaces and deletes nothing;
+ *   every member is "path unknown" in the outputs, and `check` given them
+ *   names all three apart; then, the path back, one member's squid stopped
+ *   and another VM paused: `check` exits 1 naming each state; the paused one
+ *   resumed, only the stopped one is healed, by a graceful restart.
  *
- * After each step the host holds exactly what state records. Three guest
- * boots in all (two at once, then the rotated one), under the `day2kvm`
- * prefix; every guest, the echo process, its address and the SNAT rules go
+ * After each step the host holds exactly what state records. Five guest
+ * boots in all (two at once, the rotated one, the third member, the
+ * restart), under the `day2kvm` prefix; every guest, the echo process, its address and the SNAT rules go
  * in `after`, also when a test fails.
  */
 import assert from "node:assert/strict";
@@ -35,10 +41,12 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { openLocalLibvirt } from "../../provider/ssh/local";
+import { CHECK_BIN, proxyUp, sample, startExporter } from "../support/check-exporter";
 import { getThroughProxy } from "../support/forward-proxy";
 import { engineCallMs, guestTestTimeoutMs, kvmTimeouts } from "../lab/budgets";
 import { useLab, type LabEnv } from "../lab/fixture";
 import { LabGuests } from "../lab/guests";
+import { escapedAddress } from "../lab/lab";
 import {
   ensureProxyImage,
   labConnection,
@@ -78,7 +86,7 @@ const SQUID_PORT = 3128;
 /** The pool's drain: the old VM of the rotation stays up this long after the pool stopped publishing it. */
 const DRAIN_SECONDS = 6;
 
-/** Addresses inside the lab's /24 (egress.test.ts uses .245–.247): the echo service and a NAT source. */
+/** Addresses inside the lab's /24: the echo service and a NAT source. */
 const labAddress = (lab: LabEnv, host: number) => lab.subnet.replace(/\.0\/24$/, `.${host}`);
 
 /**
@@ -330,6 +338,38 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     );
   }
 
+  /** What `check` reads on stdin: the members as the stack's outputs list them. */
+  const stackOutputs = (): string =>
+    JSON.stringify({
+      endpointsWithCredentials: members.map(
+        (m) => `http://${AUTH.user}:${encodeURIComponent(AUTH.password)}@${ipOf(m)}:${SQUID_PORT}`,
+      ),
+      proxies: members.map((m) => ({
+        name: m.name.slice(POOL.length + 1),
+        endpoint: `http://${ipOf(m)}:${SQUID_PORT}`,
+      })),
+    });
+  /** `egress-proxies check` (the built bin) against the echo service, given the members. */
+  const check = (...args: string[]) =>
+    spawnSync(
+      process.execPath,
+      [
+        CHECK_BIN,
+        "check",
+        "--target",
+        `http://${echoAddress}:${echoPort}/`,
+        "--connect",
+        `${echoAddress}:${echoPort}`,
+        ...args,
+      ],
+      { input: stackOutputs(), encoding: "utf8", timeout: 120_000 },
+    );
+  const promtool = (file: string) =>
+    spawnSync("promtool", ["check", "metrics"], {
+      input: readFileSync(file, "utf8"),
+      encoding: "utf8",
+    });
+
   /** The echo service inside the lab netns, on an address of the netns's loopback. */
   async function startEcho(): Promise<void> {
     try {
@@ -451,6 +491,75 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     project?.remove();
   });
 
+  it("check: the echo service sees each member's own address; HTTP, CONNECT and egress pass; exit 0; promtool reads its file", () => {
+    const prom = join(workDir, "direct.prom");
+    const run = check(
+      "--egress-url",
+      `http://${echoAddress}:${echoPort}/json`,
+      "--json",
+      "--prometheus",
+      prom,
+    );
+    assert.equal(run.status, 0, run.stdout + run.stderr);
+    const report = JSON.parse(run.stdout) as {
+      proxies: Array<{ name: string; up: boolean; egressIp: string; connectSeconds?: number }>;
+      egress: Array<{ address: string; proxies: string[] }>;
+    };
+    assert.deepEqual(
+      report.proxies.map((proxy) => [proxy.name, proxy.up, proxy.egressIp]),
+      members.map((m) => [m.name.slice(POOL.length + 1), true, ipOf(m)]),
+    );
+    assert.ok(report.proxies.every((proxy) => typeof proxy.connectSeconds === "number"));
+    assert.equal(report.egress.length, COUNT, "one egress address each");
+    const parsed = promtool(prom);
+    assert.equal(parsed.status, 0, parsed.stdout + parsed.stderr);
+    assert.ok(!run.stdout.includes(AUTH.password));
+  });
+
+  it("check --serve watches the VMs: a VM paused between scrapes shows down, resumed shows up; SIGTERM exits 0", async () => {
+    const exporter = await startExporter(
+      [
+        "--interval",
+        "2",
+        "--timeout",
+        "5",
+        "--target",
+        `http://${echoAddress}:${echoPort}/`,
+        "--egress-url",
+        `http://${echoAddress}:${echoPort}/json`,
+      ],
+      stackOutputs(),
+    );
+    const [paused, running] = [member(0), member(1)].map((m) => m.name.slice(POOL.length + 1));
+    try {
+      const first = await exporter.scrapeAfter(0, 60_000);
+      assert.equal(proxyUp(first, paused!), 1, first);
+      assert.equal(proxyUp(first, running!), 1, first);
+      assert.match(first, new RegExp(`egress_ip="${escapedAddress(ipOf(member(0)))}"`));
+      virsh("suspend", vmNameOf(member(0)));
+      let whilePaused: string;
+      try {
+        whilePaused = await exporter.scrapeAfter(
+          sample(first, "egress_proxies_exporter_checks_total")! + 1,
+          60_000,
+        );
+      } finally {
+        virsh("resume", vmNameOf(member(0)));
+      }
+      assert.equal(proxyUp(whilePaused, paused!), 0, whilePaused);
+      assert.equal(proxyUp(whilePaused, running!), 1, whilePaused);
+      const resumed = await exporter.scrapeAfter(
+        sample(whilePaused, "egress_proxies_exporter_checks_total")! + 1,
+        60_000,
+      );
+      assert.equal(proxyUp(resumed, paused!), 1, resumed);
+      assert.ok(!(first + whilePaused + resumed + exporter.stderr()).includes(AUTH.password));
+    } finally {
+      const status = await exporter.terminate();
+      assert.equal(status, 0, `exit after SIGTERM: ${String(status)}\n${exporter.stderr()}`);
+    }
+  });
+
   it("an exit address changed: refresh shows it, up accepts it in place, and the pool republishes it", async () => {
     const [first, moved] = [member(0), member(1)];
     const checkedAt = members.map((m) => m.stored!.outputs.checkedAt);
@@ -495,6 +604,11 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
       members.map((m) => m.stored!.outputs.egressIp),
       [natAddress, natAddress],
     );
+    const seen = check("--egress-url", `http://${echoAddress}:${echoPort}/`);
+    assert.equal(seen.status, 0, seen.stdout + seen.stderr);
+    const lines = seen.stdout.split("\n");
+    assert.equal(lines[0], "2 proxies: all up; 1 egress address, 1 shared by several proxies");
+    assert.ok(lines.includes(`  ${natAddress}: lab-0, lab-1`), seen.stdout);
     assert.deepEqual(
       stepSummary(await upAll(server, members)),
       members.map((m) => `${m.name}:same`),
@@ -675,7 +789,7 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     );
     assertHostHoldsExactlyState();
   });
-  it("three members and this machine's path to all cut: up --refresh restarts, replaces and deletes nothing, and the outputs and check say why; then one member's squid stopped: only that one is healed (a graceful restart)", async () => {
+  it("three members and this machine's path to all cut: up --refresh restarts, replaces and deletes nothing, and the outputs and check say why; then one member's squid stopped and another paused: check exits 1 naming each, and only the stopped one is healed (a graceful restart)", async () => {
     assert.equal(members.length, 3);
     /** Each `up` a provider process of its own, as the engine starts one per deployment. */
     const deployment = async () => {
@@ -760,6 +874,29 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     const killed = member(1);
     const stopped = await inGuest(lab, vmNameOf(killed), "/bin/systemctl", ["stop", "squid"]);
     assert.equal(stopped.exitcode, 0, stopped.out);
+    // What `check` makes of it, with lab-0 paused meanwhile: each state named, exit 1.
+    virsh("suspend", vmNameOf(member(0)));
+    try {
+      const prom = join(workDir, "paused.prom");
+      const run = check("--timeout", "5", "--json", "--prometheus", prom);
+      assert.equal(run.status, 1, run.stdout + run.stderr);
+      const report = JSON.parse(run.stdout) as {
+        summary: { total: number; up: number; down: number };
+        proxies: Array<{ name: string; up: boolean; error?: string }>;
+      };
+      assert.deepEqual([report.summary.total, report.summary.up, report.summary.down], [3, 1, 2]);
+      assert.match(String(report.proxies[0]!.error), /http: no answer within 5 s/);
+      assert.match(String(report.proxies[1]!.error), /^http: .*ECONNREFUSED/);
+      assert.equal(report.proxies[2]!.up, true);
+      const parsed = promtool(prom);
+      assert.equal(parsed.status, 0, parsed.stdout + parsed.stderr);
+      assert.match(
+        readFileSync(prom, "utf8"),
+        /^egress_proxy_up\{proxy="lab-0",endpoint="[\d.]+:3128",family="ipv4"\} 0$/m,
+      );
+    } finally {
+      virsh("resume", vmNameOf(member(0)));
+    }
     const bright = await deployment();
     try {
       assert.deepEqual(

@@ -1,6 +1,6 @@
 /**
  * The lab's echo service, run inside the lab network namespace by
- * egress.test.ts: answers with the caller's address (plain text at /, JSON at
+ * engine/kvm-egress-rotate.test.ts: answers with the caller's address (plain text at /, JSON at
  * /json) on two ports of one address. The test puts a SNAT rule in front of
  * the second, so every proxy reaching it looks like one site behind one NAT
  * address. Prints `{"direct":<port>,"nat":<port>}` once both listen.

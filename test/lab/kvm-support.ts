@@ -285,5 +285,5 @@ export async function refreshWithRecheck(id: string, olds: Record<string, unknow
   const read = await kvm.read(id, { ...olds, egressRecheck: true });
   const news = (await kvm.check(read.inputs!, { ...read.inputs!, egressRecheck: true })).inputs;
   const diff = await kvm.diff(id, read.props!, news);
-  return { props: read.props!, news, changes: diff.changes, replaces: diff.replaces };
+  return { props: read.props!, news, changes: diff.changes };
 }

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { logFileName } from "../../runner/steps";
 import {
+  findSpecs,
   kindOfSpec,
   MAX_GUESTS_AT_ONCE,
   shard,
@@ -117,6 +118,27 @@ describe("the lab queue's guests at once", () => {
       assert.deepEqual(kindOfSpec(join(dir, "unit/pure.test.js"), dir), { kind: "quick" });
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("the test runner's specs", () => {
+  it("are the compiled specs whose TypeScript source still exists (a deleted one left in dist is not run)", () => {
+    const repo = mkdtempSync(join(tmpdir(), "egress-specs-"));
+    try {
+      const write = (path: string) => {
+        mkdirSync(join(repo, path, ".."), { recursive: true });
+        writeFileSync(join(repo, path), "");
+      };
+      write("test/unit/kept.test.ts");
+      write("dist/test/unit/kept.test.js");
+      write("dist/test/lab/deleted.test.js");
+      assert.deepEqual(
+        findSpecs(join(repo, "dist", "test"), repo).map((spec) => spec.path),
+        ["dist/test/unit/kept.test.js"],
+      );
+    } finally {
+      rmSync(repo, { recursive: true, force: true });
     }
   });
 });
