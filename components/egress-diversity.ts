@@ -5,7 +5,7 @@
  * in `pulumi up`, or (requireDistinctEgress) an error before publishing.
  */
 import { isYounger } from "../provider/common/egress-rotation";
-import { canonicalAddress } from "../provider/common/exit-address";
+import { rotateEgressEntry } from "../provider/common/exit-address";
 
 /** One egress address and the proxies (pool keys, `<backend>-<index>`) behind it. */
 export interface EgressGroup {
@@ -136,10 +136,7 @@ export function egressVerdict(
     }));
     const oldest = members.reduce((a, b) => (isYounger(a, b) ? b : a));
     for (const member of members.filter((each) => each !== oldest)) {
-      const made = byName.get(member.name)?.made ?? {};
-      const madeFor = Object.keys(made).some(
-        (key) => canonicalAddress(key) === canonicalAddress(group.address),
-      );
+      const madeFor = rotateEgressEntry(byName.get(member.name)?.made, group.address) !== undefined;
       (madeFor ? stuck : younger).push(member.name);
     }
   }

@@ -15,7 +15,7 @@
  */
 import { budgetedMember, disruptionLedger, type MemberExit } from "./disruption-budget";
 import { isYounger, ROTATE_EGRESS_KEY } from "./egress-rotation";
-import { canonicalAddress } from "./exit-address";
+import { canonicalAddress, rotateEgressEntry } from "./exit-address";
 
 type Props = Record<string, unknown>;
 
@@ -49,7 +49,7 @@ export function inputsWithCollisionRotation(inputs: Props): Props {
   if (found === undefined) return inputs;
   const entries = (inputs[ROTATE_EGRESS_KEY] ?? {}) as Record<string, string>;
   // An entry of the user's own for that address says more: it stays.
-  if (Object.keys(entries).some((key) => canonicalAddress(key) === found.address)) return inputs;
+  if (rotateEgressEntry(entries, found.address) !== undefined) return inputs;
   return {
     ...inputs,
     [ROTATE_EGRESS_KEY]: { ...entries, [found.address]: collisionText(found.older) },

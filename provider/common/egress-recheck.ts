@@ -220,8 +220,9 @@ function sameSpread(now: string | null, was: string | null, prefix: string | und
 
 /**
  * The finding from each family's probe. An answered exit address is
- * accepted (a new one gets a new `checkedAt`); a family that failed keeps
- * what was known. A dual-stack proxy's problem names the families that
+ * accepted; `checkedAt` is the time of the last check that answered (a
+ * failing one moves it only when another family brought a new address); a
+ * family that failed keeps what was known. A dual-stack proxy's problem names the families that
  * failed (the pool keeps publishing it on the others); the worse kind
  * ("unanswered") decides, as for one family.
  */

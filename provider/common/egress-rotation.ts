@@ -17,20 +17,10 @@
  * Pure and offline: `pulumi preview` decides it from state alone.
  */
 import type { DiffDecision } from "./diff";
-import { canonicalAddress } from "./exit-address";
+import { rotateEgressEntry } from "./exit-address";
 
 /** The input's name (common/diff.ts ChangeTableOf leaves it out of every table). */
 export const ROTATE_EGRESS_KEY = "rotateEgress";
-
-/** The entry `map` holds for `address` under any spelling of either, or undefined. */
-function entryFor(map: unknown, address: unknown): string | undefined {
-  if (typeof map !== "object" || map === null || typeof address !== "string") return undefined;
-  const wanted = canonicalAddress(address);
-  if (wanted === undefined) return undefined;
-  for (const [key, text] of Object.entries(map as Record<string, unknown>))
-    if (typeof text === "string" && canonicalAddress(key) === wanted) return text;
-  return undefined;
-}
 
 /**
  * The exit address that asks for this member's replacement, with its text,
@@ -42,9 +32,9 @@ export function egressRotationDue(
   news: Record<string, unknown>,
 ): { address: string; text: string } | undefined {
   for (const address of [olds.egressIp, olds.egressIpv6]) {
-    const text = entryFor(news[ROTATE_EGRESS_KEY], address);
+    const text = rotateEgressEntry(news[ROTATE_EGRESS_KEY], address);
     if (text === undefined) continue;
-    if (entryFor(olds[ROTATE_EGRESS_KEY], address) === text) continue;
+    if (rotateEgressEntry(olds[ROTATE_EGRESS_KEY], address) === text) continue;
     return { address: address as string, text };
   }
   return undefined;

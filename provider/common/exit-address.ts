@@ -15,6 +15,16 @@ export function canonicalAddress(text: string): string | undefined {
   return undefined;
 }
 
+/** The entry `map` (a `rotateEgress` map) holds for `address` under any spelling of either, or undefined. */
+export function rotateEgressEntry(map: unknown, address: unknown): string | undefined {
+  if (typeof map !== "object" || map === null || typeof address !== "string") return undefined;
+  const wanted = canonicalAddress(address);
+  if (wanted === undefined) return undefined;
+  for (const [key, text] of Object.entries(map as Record<string, unknown>))
+    if (typeof text === "string" && canonicalAddress(key) === wanted) return text;
+  return undefined;
+}
+
 export const rotateEgressSchema = z
   .record(
     z.string().refine((key) => canonicalAddress(key) !== undefined, {
