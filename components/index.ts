@@ -21,7 +21,7 @@ export { placeProxies, proxiesPerBackend, PlacementError } from "./placement";
 export type { PlacedProxy, PlacementBackend } from "./placement";
 export { KubernetesPackageMissingError } from "./kubernetes";
 export type { KubernetesObjects, KubernetesPublishingArgs } from "./kubernetes";
-export { DEFAULT_ALLOWED_CLIENT_CIDRS, DEFAULT_SQUID_PORT } from "./squid-cloud-init";
+export { DEFAULT_ALLOWED_CLIENT_CIDRS, DEFAULT_SQUID_PORT } from "../workloads/squid-cloud-init";
 export {
   CONFIG_NAMESPACE,
   DEFAULT_POOL_CONFIG,

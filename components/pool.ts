@@ -44,7 +44,7 @@ import {
   memberPrefixOf,
   type Ipv6PrefixArgs,
 } from "./prefix-wiring";
-import type { PrefixEgressSettings } from "./prefix-egress";
+import type { PrefixEgressSettings } from "../workloads/prefix-egress";
 import { endpointChecks, proxyDetailsOf, type ProxyDetails } from "./proxy-details";
 import {
   DEFAULT_ALLOWED_CLIENT_CIDRS,
@@ -55,7 +55,7 @@ import {
   squidSettingsProblems,
   squidUserDataIdentity,
   type SquidSettings,
-} from "./squid-cloud-init";
+} from "../workloads/squid-cloud-init";
 
 export { proxyUrl } from "./backend-kind";
 export type { ProxyDetails } from "./proxy-details";

@@ -17,7 +17,7 @@ import {
   PREFIX_MODES,
   type PrefixEgressSettings,
   type PrefixMode,
-} from "./prefix-egress";
+} from "../workloads/prefix-egress";
 
 /** `ipv6Prefix` as the pool and its backends take it. */
 export interface Ipv6PrefixArgs {

@@ -29,7 +29,7 @@ import {
   DEFAULT_ALLOWED_CLIENT_CIDRS,
   DEFAULT_SQUID_PORT,
   squidSettingsProblems,
-} from "./squid-cloud-init";
+} from "../workloads/squid-cloud-init";
 
 export const CONFIG_NAMESPACE = "egress-proxies";
 

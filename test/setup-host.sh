@@ -29,6 +29,7 @@ PKGS=(
   grub-pc-bin grub-efi-amd64-bin grub2-common
   prometheus # promtool: parses `egress-proxies check --prometheus`
   systemd    # systemd-analyze verifies the units docs/systemd ships
+  squid      # the gateway's engine: its configuration parsed and run in a lab namespace, never as a service
 )
 # The Node.js below is fetched with npm: a machine without one gets Debian's (it only serves the fetch).
 command -v npm >/dev/null 2>&1 || PKGS+=(npm)
@@ -36,6 +37,16 @@ missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing: ${missing[*]}"
+  # Packages install; nothing starts. squid, libvirtd and sshd started by their packages would listen on
+  # the machine's own ports and outlive the run: the tests start their own, in namespaces, and stop them.
+  # A policy-rc.d that denies every start is what Debian's maintainer scripts ask (invoke-rc.d and
+  # deb-systemd-invoke both honour it); one the machine already has is left as it is.
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\n# egress-proxies test/setup-host.sh: packages install without starting services\nexit 101\n' \
+      >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   retry "apt-get update" apt-get update -q -o Acquire::Retries=3
   # Quiet about progress, never about errors.
   retry "apt-get install" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Acquire::Retries=3 \

@@ -207,7 +207,7 @@ export async function recheckEgress(
 
 /**
  * A proxy with ipv6Prefix leaves from a new address of its prefix on each
- * connection (components/prefix-egress.ts): a new exit address inside the
+ * connection (workloads/prefix-egress.ts): a new exit address inside the
  * prefix is the finding state holds, so a confirming refresh changes no
  * output; one outside it (the dialer fell back to the VM's own address) is a
  * change, as any other.

@@ -1,5 +1,5 @@
 /**
- * The prefix-egress pieces of the squid cloud-config (components/prefix-egress.ts):
+ * The prefix-egress pieces of the squid cloud-config (workloads/prefix-egress.ts):
  * validation messages that name the field and the fix; the document checked
  * by Debian's cloud-init (schema validator and merger) with the dialer carried
  * byte for byte; the systemd units checked by `systemd-analyze verify`; the
@@ -26,16 +26,16 @@ import {
   prefixEgressProblems,
   prefixRouteUnit,
   type PrefixEgressSettings,
-} from "../../components/prefix-egress";
+} from "../../workloads/prefix-egress";
 import {
   squidCloudConfig,
   squidConfig,
   type SquidSettings,
-} from "../../components/squid-cloud-init";
+} from "../../workloads/squid-cloud-init";
 import { packRepository } from "../engine/pack";
 
 const REPOSITORY = join(__dirname, "..", "..", "..");
-const DIALER_SOURCE = join(REPOSITORY, "components", "prefix-dialer", "dialer.py");
+const DIALER_SOURCE = join(REPOSITORY, "workloads", "prefix-dialer", "dialer.py");
 const DEBIAN_PYTHON = "/usr/bin/python3";
 const MERGE_PROBE = join(REPOSITORY, "test", "support", "cloudinit_merge.py");
 
@@ -389,7 +389,7 @@ describe("prefix egress (a routed IPv6 prefix spread over one proxy)", function 
     it("travels in the packed tarball, where the module finds it relative to dist/", () => {
       const tarball = packRepository(scratch);
       execFileSync("tar", ["-xzf", tarball, "-C", scratch]);
-      const modulePath = join(scratch, "package", "dist", "components", "prefix-egress.js");
+      const modulePath = join(scratch, "package", "dist", "workloads", "prefix-egress.js");
       const packed = execFileSync(
         process.execPath,
         ["-e", `process.stdout.write(require(${JSON.stringify(modulePath)}).PREFIX_DIALER_SCRIPT)`],
@@ -398,7 +398,7 @@ describe("prefix egress (a routed IPv6 prefix spread over one proxy)", function 
       assert.equal(packed, readFileSync(DIALER_SOURCE, "utf8"));
       assert.equal(packed, PREFIX_DIALER_SCRIPT);
       // Without the file (a "files" list that forgot it) the module fails at import, not at first boot.
-      rmSync(join(scratch, "package", "components"), { recursive: true });
+      rmSync(join(scratch, "package", "workloads"), { recursive: true });
       const missing = spawnSync(
         process.execPath,
         ["-e", `require(${JSON.stringify(modulePath)})`],

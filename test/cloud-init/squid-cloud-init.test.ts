@@ -9,7 +9,7 @@ import { execFileSync, spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { sha512Crypt, htpasswdLine } from "../../components/password-hash";
+import { sha512Crypt, htpasswdLine } from "../../workloads/password-hash";
 import {
   poolUserData,
   squidCloudConfig,
@@ -18,7 +18,7 @@ import {
   squidSettingsProblems,
   squidUserDataIdentity,
   type SquidSettings,
-} from "../../components/squid-cloud-init";
+} from "../../workloads/squid-cloud-init";
 
 const DEBIAN_PYTHON = "/usr/bin/python3";
 const MERGE_PROBE = join(__dirname, "../../../test/support/cloudinit_merge.py");

@@ -10,13 +10,13 @@
  * the files (a package for the prefix dialer) replaces, within the budget.
  */
 import assert from "node:assert/strict";
-import type { SquidSettings } from "../../components/squid-cloud-init";
+import type { SquidSettings } from "../../workloads/squid-cloud-init";
 import {
   poolUserData,
   squidCloudConfig,
   squidGuestFiles,
   squidUserDataIdentity,
-} from "../../components/squid-cloud-init";
+} from "../../workloads/squid-cloud-init";
 import type { PveSimulator } from "../pve-sim/simulator";
 import { simulatorProxyArgs, useEngineFixture } from "./engine-fixture";
 import {

@@ -1,5 +1,5 @@
 /**
- * The real prefix dialer (components/prefix-dialer/dialer.py, run by the
+ * The real prefix dialer (workloads/prefix-dialer/dialer.py, run by the
  * system's python3) in a network namespace this test makes and removes: a
  * unique-local /64 routed `local` on the namespace's lo, ip_nonlocal_bind on,
  * an echo service on another address of the namespace that answers with the
@@ -18,11 +18,11 @@ import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { BlockList } from "node:net";
 import { join } from "node:path";
-import { PREFIX_DIALER_PORT } from "../../components/prefix-egress";
+import { PREFIX_DIALER_PORT } from "../../workloads/prefix-egress";
 import type { ProbeRequest, ProbeResult } from "../support/prefix-probe";
 
 const REPOSITORY = join(__dirname, "..", "..", "..");
-const DIALER = join(REPOSITORY, "components", "prefix-dialer", "dialer.py");
+const DIALER = join(REPOSITORY, "workloads", "prefix-dialer", "dialer.py");
 const PROBE = join(__dirname, "..", "support", "prefix-probe.js");
 const NAMESPACE = `egress-prefix-${process.pid}`;
 /** An IPv4-only destination inside the namespace (a documentation address: nothing outside sees it). */

@@ -16,7 +16,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { poolUserData, squidCloudConfig } from "../../components/squid-cloud-init";
+import { poolUserData, squidCloudConfig } from "../../workloads/squid-cloud-init";
 import { eui64InterfaceId, ipv6Bytes } from "../../provider/common/ip-families";
 import { closeAllHosts } from "../../provider/kvm/connect";
 import { overlayVolumeName, seedVolumeName } from "../../provider/kvm/naming";

@@ -14,7 +14,7 @@ import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { poolUserData, squidCloudConfig } from "../../components/squid-cloud-init";
+import { poolUserData, squidCloudConfig } from "../../workloads/squid-cloud-init";
 import { closeAllHosts } from "../../provider/kvm/connect";
 import * as kvm from "../../provider/kvm/provider";
 import { openLocalLibvirt } from "../../provider/ssh/local";

@@ -7,7 +7,7 @@
  * In the guest: a `local` route for the whole prefix on lo (replies to any of
  * its addresses arrive, with no per-address configuration),
  * `net.ipv6.ip_nonlocal_bind=1` (a socket may bind an address no interface
- * carries), and the prefix dialer (components/prefix-dialer/dialer.py, a
+ * carries), and the prefix dialer (workloads/prefix-dialer/dialer.py, a
  * stdlib-only Python forward proxy on loopback) that opens each upstream
  * connection from an address of the prefix. squid stays in front (auth,
  * client ACLs, its port) and hands every request to the dialer as its only
@@ -28,7 +28,7 @@ import { ipv6Groups } from "../provider/common/ipv6";
 export const PREFIX_DIALER_PORT = 3129;
 /** The dialer's source, byte for byte what the guest runs. */
 export const PREFIX_DIALER_SCRIPT = readFileSync(
-  join(__dirname, "..", "..", "components", "prefix-dialer", "dialer.py"),
+  join(__dirname, "..", "..", "workloads", "prefix-dialer", "dialer.py"),
   "utf8",
 );
 

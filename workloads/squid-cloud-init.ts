@@ -39,7 +39,7 @@ export interface SquidSettings {
   basicAuth?: { user: string; password: string };
   /** squid.conf lines placed before the access rules (so `acl` + `http_access deny` work). */
   extraConfigLines: readonly string[];
-  /** Hook (components/prefix-egress.ts): a routed IPv6 prefix spread over this proxy's outgoing connections. */
+  /** Hook (workloads/prefix-egress.ts): a routed IPv6 prefix spread over this proxy's outgoing connections. */
   prefixEgress?: PrefixEgressSettings;
 }
 
