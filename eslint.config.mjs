@@ -18,7 +18,14 @@ export default tseslint.config(
   {
     // A file holds one concern and a function tells one step: past these sizes a module wants
     // splitting by concern (docs/architecture.md, "Layout"). Tests are exempt (a spec may be long).
-    files: ["index.ts", "provider/**/*.ts", "components/**/*.ts", "workloads/**/*.ts", "reaper/**/*.ts", "cli/**/*.ts"],
+    files: [
+      "index.ts",
+      "provider/**/*.ts",
+      "components/**/*.ts",
+      "workloads/**/*.ts",
+      "reaper/**/*.ts",
+      "cli/**/*.ts",
+    ],
     rules: {
       "max-lines": ["error", { max: 500 }],
       "max-lines-per-function": [

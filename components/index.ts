@@ -8,7 +8,17 @@ export {
   poolArgsProblems,
   proxyUrl,
 } from "./pool";
-export type { EgressProxyPoolArgs, PoolBackend, ProxyDetails, SquidArgs } from "./pool";
+export type {
+  EgressProxyPoolArgs,
+  GatewayArgs,
+  GatewayUserArgs,
+  PoolBackend,
+  PoolGateway,
+  ProxyDetails,
+  SquidArgs,
+} from "./pool";
+export { DEFAULT_GATEWAY_IMAGE, DEFAULT_GATEWAY_REPLICAS } from "./gateway-kubernetes";
+export type { GatewayKubernetesArgs, GatewayKubernetesObjects } from "./gateway-kubernetes";
 export { DEFAULT_KVM_IMAGE } from "./backends";
 export type {
   KvmBackend,

@@ -17,12 +17,11 @@ import {
 } from "./backends";
 import {
   assertKubernetesAvailable,
-  publishToKubernetes,
   type KubernetesObjects,
   type KubernetesPublishingArgs,
 } from "./kubernetes";
 import { egressVerdict, type EgressGroup } from "./egress-diversity";
-import { memberUrls, poolIpFamilyProblems, poolTakesIpv6 } from "./dual-stack";
+import { memberUrls, poolIpFamilyProblems } from "./dual-stack";
 import {
   lifecycleArgsProblems,
   resolveDrainSeconds,
@@ -45,20 +44,23 @@ import {
   type Ipv6PrefixArgs,
 } from "./prefix-wiring";
 import type { PrefixEgressSettings } from "../workloads/prefix-egress";
-import { endpointChecks, proxyDetailsOf, type ProxyDetails } from "./proxy-details";
+import { proxyDetailsOf, type ProxyDetails } from "./proxy-details";
 import {
-  DEFAULT_ALLOWED_CLIENT_CIDRS,
   DEFAULT_SQUID_PORT,
   poolUserData,
   squidCloudConfig,
   squidGuestFiles,
   squidSettingsProblems,
   squidUserDataIdentity,
-  type SquidSettings,
 } from "../workloads/squid-cloud-init";
+import { squidSettings, type SquidArgs } from "./squid-args";
+import { gatewayArgsProblems, type GatewayArgs, type PoolGateway } from "./gateway";
+import { publishPool } from "./pool-publishing";
 
 export { proxyUrl } from "./backend-kind";
 export type { ProxyDetails } from "./proxy-details";
+export type { SquidArgs } from "./squid-args";
+export type { GatewayArgs, GatewayUserArgs, PoolGateway } from "./gateway";
 // The registry's names, still exported from this module where earlier code imported them (the
 // package has no exports map, so `egress-proxies/dist/components/pool` is a path users can require).
 export {
@@ -76,17 +78,6 @@ export const EGRESS_PROXY_POOL_TYPE = "egress-proxies:index:EgressProxyPool";
 
 /** One backend of the pool: a name, its placement, and one kind's settings (components/backends.ts). */
 export type PoolBackend = AnyPoolBackend;
-
-export interface SquidArgs {
-  /** Default 3128. */
-  port?: number;
-  /** Who may use the proxies. Default: the private ranges 10/8, 172.16/12, 192.168/16. */
-  allowedClientCidrs?: string[];
-  /** Require a user and password; the password is kept secret and only its hash reaches the VM. */
-  basicAuth?: { user: string; password: pulumi.Input<string> };
-  /** squid.conf lines placed before the access rules, e.g. `acl blocked dstdomain .example.com`. */
-  extraConfigLines?: string[];
-}
 
 /**
  * The pool's arguments: its own, and the pool-wide settings of each backend
@@ -150,6 +141,12 @@ export interface EgressProxyPoolArgs extends BackendPoolSettings, PoolLifecycleA
   rotate?: Record<string, string>;
   /** Publish the endpoints to Kubernetes (Secret + selector-less Service + EndpointSlice). */
   kubernetes?: KubernetesPublishingArgs;
+  /**
+   * One endpoint in front of the members (squid): each request to the next
+   * healthy member, `<user>-session-<id>` on one member, `<user>-host-<label>`
+   * on a backend's members only. docs/gateway.md.
+   */
+  gateway?: GatewayArgs;
 }
 
 export class PoolArgsError extends Error {}
@@ -173,6 +170,12 @@ export function poolArgsProblems(args: EgressProxyPoolArgs): string[] {
   problems.push(...ipv6PrefixProblems(args));
   problems.push(...lifecycleArgsProblems(args));
   problems.push(...checkExporterArgsProblems(args.kubernetes?.exporter));
+  problems.push(
+    ...gatewayArgsProblems(
+      args.gateway,
+      backends.map((backend) => backend.name),
+    ),
+  );
   if (problems.length === 0) problems.push(...rotateProblems(args));
   // The password may be unknown until apply; it is checked again once known.
   problems.push(...squidSettingsProblems(squidSettings(args.squid, "placeholder")));
@@ -223,21 +226,6 @@ function egressArgsProblems(args: EgressProxyPoolArgs): string[] {
   return parsed.success ? [] : parsed.error.issues.map((issue) => issue.message);
 }
 
-function squidSettings(
-  squid: SquidArgs | undefined,
-  password: string,
-  prefixEgress?: PrefixEgressSettings,
-): SquidSettings {
-  return {
-    ...(prefixEgress === undefined ? {} : { prefixEgress }),
-    port: squid?.port ?? DEFAULT_SQUID_PORT,
-    allowedClientCidrs: squid?.allowedClientCidrs ?? DEFAULT_ALLOWED_CLIENT_CIDRS,
-    basicAuth:
-      squid?.basicAuth === undefined ? undefined : { user: squid.basicAuth.user, password },
-    extraConfigLines: squid?.extraConfigLines ?? [],
-  };
-}
-
 export class EgressProxyPool extends pulumi.ComponentResource {
   /** Proxy URLs without credentials (plain in state). */
   readonly endpoints: pulumi.Output<string[]>;
@@ -254,13 +242,16 @@ export class EgressProxyPool extends pulumi.ComponentResource {
   /** The child resources by key (`<backend>-<index>`). */
   readonly children: ReadonlyMap<string, pulumi.CustomResource>;
   readonly kubernetes?: KubernetesObjects;
+  /** With `gateway`: its URL, users and objects. */
+  readonly gateway?: PoolGateway;
 
   constructor(name: string, args: EgressProxyPoolArgs, opts: pulumi.ComponentResourceOptions = {}) {
     super(EGRESS_PROXY_POOL_TYPE, name, {}, opts);
     const problems = poolArgsProblems(args);
     if (problems.length > 0)
       throw new PoolArgsError(`EgressProxyPool ${name}: ${problems.join("; ")}`);
-    if (args.kubernetes !== undefined) assertKubernetesAvailable(`EgressProxyPool ${name}`);
+    if (args.kubernetes !== undefined || args.gateway !== undefined)
+      assertKubernetesAvailable(`EgressProxyPool ${name}`);
     for (const warning of unusedRotateEntries(args))
       void pulumi.log.warn(`EgressProxyPool ${name}: ${warning}`, this);
 
@@ -311,7 +302,6 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       .apply(([all, entries]) => this.egressGroups(name, args, all, entries));
     // Everything published waits for the diversity verdict: requireDistinctEgress fails it first.
     const verdict = pulumi.all([this.proxies, this.egress]);
-    const known = (urls: (string | null)[]): string[] => urls.flatMap((url) => url ?? []);
     // A dual-stack member publishes its IPv6 URL right after its first one (memberUrls).
     this.endpoints = pulumi
       .all([
@@ -329,27 +319,21 @@ export class EgressProxyPool extends pulumi.ComponentResource {
         ),
       ])
       .apply(([, urls]) => urls.flatMap(([primary, ipv6]) => memberUrls(primary, ipv6)));
-    const serviceAddresses = pulumi
-      .all([verdict, pulumi.all(members.map((member) => member.serviceAddress))])
-      .apply(([, ips]) => known(ips));
-    const serviceAddressesIpv6 = pulumi
-      .all([verdict, pulumi.all(members.map((member) => member.ipv6.serviceAddress))])
-      .apply(([, ips]) => known(ips));
-
-    if (args.kubernetes !== undefined)
-      this.kubernetes = publishToKubernetes(
-        name,
-        args.kubernetes,
-        {
-          addresses: serviceAddresses,
-          ...(poolTakesIpv6(args) ? { ipv6Addresses: serviceAddressesIpv6 } : {}),
-          // With requireDistinctEgress even the Service waits for the verdict; else preview shows the port.
-          port: args.requireDistinctEgress === true ? this.egress.apply(() => port) : port,
-          urls: this.endpointsWithCredentials,
-          checks: pulumi.all([this.proxies, this.egress]).apply(([all]) => endpointChecks(all)),
-        },
-        this,
-      );
+    const published = publishPool(
+      name,
+      args,
+      {
+        members,
+        verdict,
+        port,
+        proxies: this.proxies,
+        egress: this.egress,
+        endpointsWithCredentials: this.endpointsWithCredentials,
+      },
+      this,
+    );
+    this.kubernetes = published.kubernetes;
+    this.gateway = published.gateway;
 
     this.registerOutputs({
       endpoints: this.endpoints,
@@ -358,6 +342,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
       count: this.count,
       egress: this.egress,
       ipv6Routes: this.ipv6Routes,
+      ...(this.gateway === undefined ? {} : { gatewayUrl: this.gateway.url }),
     });
   }
 

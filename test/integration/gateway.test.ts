@@ -64,14 +64,20 @@ function sessionCalls(perSession: number): ProbeCall[] {
 }
 
 /** Each session's one exit address; fails when a session left through two. */
-function exitPerSession(outcomes: readonly ProbeOutcome[]): Map<string, string> {
+function exitPerSession(lab: GatewayNetns, outcomes: readonly ProbeOutcome[]): Map<string, string> {
   const exits = new Map<string, Set<string>>();
   for (const outcome of outcomes) {
     if (!exits.has(outcome.user)) exits.set(outcome.user, new Set());
     exits.get(outcome.user)!.add(outcome.exit);
   }
   const split = [...exits].filter(([, seen]) => seen.size !== 1);
-  assert.deepEqual(split, [], "every request of a session leaves through one exit address");
+  assert.deepEqual(
+    split,
+    [],
+    `every request of a session leaves through one exit address; the gateway routed them:\n${split
+      .flatMap(([user]) => lab.gatewayAccessLines(user))
+      .join("\n")}`,
+  );
   return new Map([...exits].map(([user, seen]) => [user, [...seen][0]!]));
 }
 
@@ -105,7 +111,7 @@ describe("gateway on real squid, in front of four members (network namespace)", 
   it("keeps a session on one exit address: 200 sessions x 20 requests, 100 %", async () => {
     const outcomes = await lab.probe(sessionCalls(20), { concurrency: 16 });
     assert.deepEqual(failuresOf(outcomes), []);
-    sessionsBefore = exitPerSession(outcomes);
+    sessionsBefore = exitPerSession(lab, outcomes);
     assert.equal(sessionsBefore.size, 200);
     const spread = countBy([...sessionsBefore.values()].map((exit) => ({ exit }) as ProbeOutcome));
     console.log(`      sessions per member: ${JSON.stringify(Object.fromEntries(spread))}`);
@@ -116,7 +122,7 @@ describe("gateway on real squid, in front of four members (network namespace)", 
     const pid = lab.gatewayPid();
     lab.writeGateway(membersOf([1, 2, 3]));
     await lab.waitForReloads(1);
-    const after = exitPerSession(await lab.probe(sessionCalls(2), { concurrency: 16 }));
+    const after = exitPerSession(lab, await lab.probe(sessionCalls(2), { concurrency: 16 }));
     const moved = [...after].filter(([user, exit]) => sessionsBefore.get(user) !== exit);
     const onRemoved = [...sessionsBefore].filter(([, exit]) => exit === exitOf(4));
     console.log(
@@ -136,7 +142,7 @@ describe("gateway on real squid, in front of four members (network namespace)", 
     lab.writeGateway(membersOf(MEMBERS));
     await lab.waitForReloads(2);
     assert.deepEqual(
-      exitPerSession(await lab.probe(sessionCalls(1), { concurrency: 16 })),
+      exitPerSession(lab, await lab.probe(sessionCalls(1), { concurrency: 16 })),
       sessionsBefore,
     );
   });
@@ -188,7 +194,7 @@ describe("gateway on real squid, in front of four members (network namespace)", 
   });
 
   it("answers a wrong password with 407, and no member sees the request", async () => {
-    const before = MEMBERS.map((index) => lab.memberRequests(index));
+    const before = await lab.settledMemberRequests(MEMBERS);
     const wrong: ProbeCall[] = [
       { user: GATEWAY_USER.name, password: "not-the-password", mode: "http" },
       { user: GATEWAY_USER.name, password: "not-the-password", mode: "connect" },
@@ -206,10 +212,7 @@ describe("gateway on real squid, in front of four members (network namespace)", 
       outcomes.map((o) => o.status),
       [407, 407, 407, 407, 407],
     );
-    assert.deepEqual(
-      MEMBERS.map((index) => lab.memberRequests(index)),
-      before,
-    );
+    assert.deepEqual(await lab.settledMemberRequests(MEMBERS), before);
   });
 
   it("honours pins: -host-<backend> and a declared label, alone and with a session, 100 %", async () => {
@@ -232,7 +235,7 @@ describe("gateway on real squid, in front of four members (network namespace)", 
     const exits = [...countBy(both).keys()];
     assert.equal(exits.length, 1, "a pinned session keeps one exit");
     assert.ok([exitOf(3), exitOf(4)].includes(exits[0]!));
-    const before = MEMBERS.map((index) => lab.memberRequests(index));
+    const before = await lab.settledMemberRequests(MEMBERS);
     const nowhere = await lab.probe(
       calls(2, gatewayUserName(GATEWAY_USER.name, { host: "kvm-z" })),
     );
@@ -241,10 +244,7 @@ describe("gateway on real squid, in front of four members (network namespace)", 
       nowhere.every((o) => o.status === 502 || o.status === 503),
       `a label no member has: ${nowhere.map((o) => o.status)}`,
     );
-    assert.deepEqual(
-      MEMBERS.map((index) => lab.memberRequests(index)),
-      before,
-    );
+    assert.deepEqual(await lab.settledMemberRequests(MEMBERS), before);
   });
 
   it("takes IPv6 clients on the same port", async () => {

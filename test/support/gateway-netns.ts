@@ -106,14 +106,33 @@ export class GatewayNetns {
     this.members.delete(index);
   }
 
-  /** Requests member i's squid logged (what reached it, through the gateway or not). */
+  /**
+   * Requests member i's squid logged (what reached it, through the gateway or
+   * not). Not the connections that carried none: the gateway's probes of a
+   * member it counts dead, which squid logs as transaction-end-before-headers.
+   */
   memberRequests(index: number): number {
     try {
       return readFileSync(join(this.dir, memberName(index), "access.log"), "utf8")
         .split("\n")
-        .filter(Boolean).length;
+        .filter((line) => line !== "" && !line.includes("error:transaction-end-before-headers"))
+        .length;
     } catch {
       return 0;
+    }
+  }
+
+  /**
+   * Every member's count once their logs are still: a member logs a request
+   * when its transaction ends, which can be just after the client has its answer.
+   */
+  async settledMemberRequests(indices: readonly number[]): Promise<number[]> {
+    let last = indices.map((index) => this.memberRequests(index));
+    for (;;) {
+      await new Promise((wake) => setTimeout(wake, 300));
+      const now = indices.map((index) => this.memberRequests(index));
+      if (now.every((count, at) => count === last[at])) return now;
+      last = now;
     }
   }
 
@@ -168,6 +187,17 @@ export class GatewayNetns {
     }
   }
 
+  /** The gateway's access-log lines of one user (what it routed where), for a failure's message. */
+  gatewayAccessLines(user: string): string[] {
+    try {
+      return readFileSync(join(this.dir, "gateway", "access.log"), "utf8")
+        .split("\n")
+        .filter((line) => line.split(" ")[3] === user);
+    } catch {
+      return [];
+    }
+  }
+
   /** The gateway squid's process id, from its pid file. */
   gatewayPid(): number {
     return Number(readFileSync(join(this.dir, "gateway", "squid.pid"), "utf8").trim());
@@ -192,10 +222,20 @@ export class GatewayNetns {
     }
   }
 
-  /** Waits until the gateway's entrypoint says it reloaded `count` times in all. */
+  /**
+   * Waits until the gateway's entrypoint says it reloaded `count` times in
+   * all, and squid has finished each (it accepts connections again). A
+   * request squid is routing at the moment of a reload fails (502): what a
+   * reload costs is measured apart (the bench), not mixed into routing.
+   */
   async waitForReloads(count: number, timeoutMs = 20_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
-    while ((this.gatewayOutput.match(/reloaded in place/g) ?? []).length < count) {
+    const occurrences = (text: string, pattern: RegExp) => (text.match(pattern) ?? []).length;
+    while (
+      occurrences(this.gatewayOutput, /reloaded in place/g) < count ||
+      occurrences(this.gatewayCacheLog(), /Reconfiguring Squid Cache/g) < count ||
+      occurrences(this.gatewayCacheLog(), /Accepting HTTP Socket connections/g) < count + 1
+    ) {
       if (Date.now() > deadline)
         throw new Error(
           `the gateway did not reload (${count}) within ${timeoutMs} ms:\n${this.gatewayOutput}`,

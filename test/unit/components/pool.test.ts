@@ -1488,6 +1488,80 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     assert.deepEqual(rotations, { "scaled-kvm1-0": null, "scaled-kvm1-1": "2026-12-02" });
   });
 
+  it("gateway: squid in Kubernetes routing to the members that serve, by their labels; only password hashes of its users; the Secret secret", async () => {
+    const instance = new pool.EgressProxyPool("gw", {
+      backends: [
+        KVM("kvm1", { count: 2 }),
+        KVM("stopped", { count: 1 }),
+        PROXMOX("pve1", { count: 1 }),
+      ],
+      squid: { basicAuth: { user: "member", password: "member password:1" } },
+      gateway: {
+        users: [{ name: "crawler", password: pulumi.secret("crawler-password-1") }],
+        backendLabels: { pve1: ["country-de"] },
+        kubernetes: { namespace: "crawlers" },
+      },
+    });
+    const [url, proxies] = await Promise.all([
+      valueOf(instance.gateway!.url),
+      valueOf(instance.proxies),
+    ]);
+    await settle();
+    const gatewayObject = (type: string) =>
+      registered.find((r) => r.type === type && r.name.startsWith("gw-gateway"))!;
+    const secret = gatewayObject("kubernetes:core/v1:Secret");
+    assert.ok(isSecretValue(secret.inputs.stringData), "the gateway's files are a secret");
+    const files = plain(secret.inputs.stringData) as Record<string, string>;
+    const config = files["squid.conf"]!;
+    const peers = [
+      ...config.matchAll(/^cache_peer (\S+) parent 3128 0 round-robin name=(\S+)/gm),
+    ].map((match) => `${match[2]} ${match[1]}`);
+    const serving = proxies.filter((proxy) => proxy.state === "running");
+    assert.equal(serving.length, 3, "the member named stopped- was found stopped");
+    assert.deepEqual(
+      peers.sort(),
+      serving.map((proxy) => `${proxy.name} ${proxy.ip}`).sort(),
+      "every serving member, and only those",
+    );
+    assert.match(config, /^acl gateway_pin_country_de proxy_auth_regex \[-\]host\[-\]country-de/m);
+    assert.match(config, /^cache_peer_access pve1-0 allow gateway_pinned gateway_pin_country_de$/m);
+    assert.doesNotMatch(
+      config,
+      /^cache_peer_access kvm1-0 allow gateway_pinned gateway_pin_country_de$/m,
+    );
+    // The members' own credentials, escaped for login=; the users' passwords only as hashes.
+    assert.match(config, /login=member:member%20password%3A1$/m);
+    assert.match(files.users!, /^crawler:\$6\$/);
+    assert.doesNotMatch(JSON.stringify(files), /crawler-password-1/);
+    assert.equal(url, "http://gw-gateway.crawlers.svc:3128");
+    assert.deepEqual(instance.gateway!.users, ["crawler"]);
+    for (const type of [
+      "kubernetes:apps/v1:Deployment",
+      "kubernetes:policy/v1:PodDisruptionBudget",
+      "kubernetes:core/v1:Service",
+    ])
+      assert.ok(gatewayObject(type), `${type} declared`);
+  });
+
+  it("gateway: refused without a place to run, with a label that is not one, or a user named with a suffix word", () => {
+    const problems = pool.poolArgsProblems({
+      backends: [KVM("kvm1")],
+      gateway: {
+        users: [{ name: "crawler-session", password: "x" }],
+        backendLabels: { kvm1: ["Country DE"], nowhere: ["a"] },
+      },
+    });
+    assert.deepEqual(
+      problems.filter((problem) => problem.startsWith("gateway")),
+      [
+        'gateway.users[0].name "crawler-session" contains the word "session" or "host", which open a session or a pin in a client\'s user name; choose a name without them, e.g. "crawler-sessions"',
+        'gateway.backendLabels.kvm1[0] must be lower-case letters and digits in words joined by single hyphens (at most 63), e.g. "kvm1" or "country-de"',
+        "gateway.backendLabels.nowhere names no backend of the pool (backends: kvm1)",
+        "gateway needs a place to run: set gateway.kubernetes: { namespace } (a Deployment of squid in that namespace)",
+      ],
+    );
+  });
+
   it("refuses bad arguments with every problem named, before declaring anything", () => {
     assert.throws(
       () =>
