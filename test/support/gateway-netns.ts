@@ -14,7 +14,15 @@
  * directory.
  */
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { squidConfig } from "../../workloads/squid-cloud-init";
@@ -33,9 +41,17 @@ const PROBE = join(__dirname, "gateway-probe.js");
 export const exitOf = (index: number): string => `127.0.2.${index}`;
 export const memberName = (index: number): string => `m${index}-0`;
 
+let instances = 0;
+
 export class GatewayNetns {
   readonly namespace = `egress-gw-${process.pid}`;
   readonly dir = mkdtempSync(join(tmpdir(), "gateway-netns-"));
+  /**
+   * squid names its shared memory in /dev/shm after its service name (`-n`):
+   * one of ours per squid, so that no two share segments (nor with a squid of
+   * the machine's) and close() removes what a killed squid could not.
+   */
+  private readonly servicePrefix = `egw${process.pid}x${++instances}`;
   private readonly members = new Map<number, ChildProcess>();
   private gateway: ChildProcess | undefined;
   private gatewayOutput = "";
@@ -97,7 +113,16 @@ export class GatewayNetns {
           "",
         ].join("\n"),
     );
-    this.members.set(index, this.spawnIn("squid", ["-N", "-f", join(dir, "squid.conf")]));
+    this.members.set(
+      index,
+      this.spawnIn("squid", [
+        "-N",
+        "-n",
+        `${this.servicePrefix}m${index}`,
+        "-f",
+        join(dir, "squid.conf"),
+      ]),
+    );
   }
 
   /** SIGKILL: the member's squid is gone at once, as in a crash. */
@@ -168,7 +193,10 @@ export class GatewayNetns {
     for (const file of [files.users, files.authHelper, files.config])
       writeFileSync(file.path, file.content, { mode: 0o644 });
     if (this.gateway !== undefined) return;
-    this.gateway = this.spawnIn("sh", ["-c", gatewayEntrypointScript(dir)]);
+    this.gateway = this.spawnIn("sh", [
+      "-c",
+      gatewayEntrypointScript(dir, `${this.servicePrefix}gw`),
+    ]);
     this.gateway.stdout!.on("data", (chunk: Buffer) => (this.gatewayOutput += chunk.toString()));
     this.gateway.stderr!.on("data", (chunk: Buffer) => (this.gatewayOutput += chunk.toString()));
   }
@@ -294,6 +322,13 @@ export class GatewayNetns {
     } catch {
       // not there (closed before)
     }
+    // A squid killed (here, or by a test) leaves its segments; they carry our service names only.
+    for (const segment of readdirSync("/dev/shm"))
+      if (
+        segment.startsWith(`${this.servicePrefix}m`) ||
+        segment.startsWith(`${this.servicePrefix}gw`)
+      )
+        rmSync(join("/dev/shm", segment), { force: true });
     rmSync(this.dir, { recursive: true, force: true });
   }
 }

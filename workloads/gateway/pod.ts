@@ -29,14 +29,19 @@ export const gatewayPodFiles = (settings: Omit<GatewaySettings, "paths">): Gatew
 
 /**
  * The container's command (`sh -c`): starts squid, reloads it when the
- * configuration's bytes change, stops it on SIGTERM. `configDir` is a
- * parameter so that the same script runs in the lab against a directory.
+ * configuration's bytes change, stops it on SIGTERM. `configDir` and
+ * `serviceName` are parameters so that the same script runs on a host beside
+ * other squids: squid names its shared-memory segments in /dev/shm after its
+ * service name (`-n`), "squid" unless given.
  */
-export function gatewayEntrypointScript(configDir = GATEWAY_POD_CONFIG_DIR): string {
+export function gatewayEntrypointScript(
+  configDir = GATEWAY_POD_CONFIG_DIR,
+  serviceName?: string,
+): string {
   return `set -u
 conf=${configDir}/squid.conf
 fingerprint() { cat ${configDir}/squid.conf ${configDir}/users ${configDir}/auth-helper.sh 2>/dev/null | cksum; }
-squid -N -f "$conf" &
+squid -N ${serviceName === undefined ? "" : `-n ${serviceName} `}-f "$conf" &
 squid_pid=$!
 trap 'kill -TERM "$squid_pid" 2>/dev/null; wait "$squid_pid"; exit 0' TERM INT
 seen=$(fingerprint)
