@@ -16,10 +16,12 @@ import * as pulumi from "@pulumi/pulumi";
 import { isIP } from "node:net";
 import { DEFAULT_ALLOWED_CLIENT_CIDRS } from "../workloads/squid-cloud-init";
 import { gatewayPodFiles } from "../workloads/gateway/pod";
+import { gatewayVmSoftware } from "../workloads/gateway/vm";
 import {
   DEFAULT_GATEWAY_PORT,
   gatewaySettingsProblems,
   type GatewayMember,
+  type GatewaySettings,
 } from "../workloads/gateway/squid-gateway";
 import { gatewayLabelProblems, gatewayUserNameProblems } from "../workloads/gateway/user-names";
 import {
@@ -28,6 +30,7 @@ import {
   type GatewayKubernetesArgs,
   type GatewayKubernetesObjects,
 } from "./gateway-kubernetes";
+import type { PoolMember } from "./backend-kind";
 import type { ProxyDetails } from "./proxy-details";
 
 /** A user of the gateway: its name (clients add `-session-<id>` and `-host-<label>`) and its own password. */
@@ -51,16 +54,36 @@ export interface GatewayArgs {
   backendLabels?: Record<string, string[]>;
   /** Run the gateway in Kubernetes: a Deployment, a PodDisruptionBudget, a Service and a Secret. */
   kubernetes?: GatewayKubernetesArgs;
+  /**
+   * Or run it as a VM on one of the pool's KVM or Proxmox backends, made like
+   * a member (the backend's image, network, storage) and named `<pool>-gateway`;
+   * member changes reach it through its guest agent, never by replacing it.
+   * Sized like the backend's members. Its address must be among the members'
+   * `squid.allowedClientCidrs`.
+   */
+  vm?: { backend: string };
 }
+
+/** How the pool makes the gateway's VM on one of its backends, with the gateway's software. */
+export type DeclareGatewayVm = (
+  backend: string,
+  software: pulumi.Output<ReturnType<typeof gatewayVmSoftware>>,
+  port: number,
+) => PoolMember;
 
 /** The gateway as the pool declared it. */
 export interface PoolGateway {
-  /** `http://<name>.<namespace>.svc:<port>`: clients add `user[-session-<id>][-host-<label>]:password@`. */
+  /**
+   * In Kubernetes `http://<name>.<namespace>.svc:<port>`; on a VM `http://<its address>:<port>`.
+   * Clients add `user[-session-<id>][-host-<label>]:password@`.
+   */
   url: pulumi.Output<string>;
-  /** The Service's addresses, IPv4 and IPv6 where the cluster has both. */
-  clusterIps: pulumi.Output<string[]>;
+  /** The Service's addresses (IPv4 and IPv6 where the cluster has both), or the VM's. */
+  addresses: pulumi.Output<string[]>;
   users: string[];
-  kubernetes: GatewayKubernetesObjects;
+  kubernetes?: GatewayKubernetesObjects;
+  /** The gateway VM (a KvmProxy or ProxmoxProxy). */
+  vm?: pulumi.CustomResource;
 }
 
 export const DEFAULT_GATEWAY_CLIENT_CIDRS: readonly string[] = [
@@ -72,6 +95,8 @@ export const DEFAULT_GATEWAY_CLIENT_CIDRS: readonly string[] = [
 export function gatewayArgsProblems(
   gateway: GatewayArgs | undefined,
   backendNames: readonly string[],
+  /** The backends that make VMs (KVM, Proxmox): where a gateway VM may go. */
+  vmBackends: readonly string[],
 ): string[] {
   if (gateway === undefined) return [];
   const problems: string[] = [];
@@ -100,11 +125,16 @@ export function gatewayArgsProblems(
     problems.push(
       ...gatewayLabelProblems(backend, `backends name "${backend}" (a gateway pin label)`),
     );
-  if (gateway.kubernetes === undefined)
+  if ((gateway.kubernetes === undefined) === (gateway.vm === undefined))
     problems.push(
-      "gateway needs a place to run: set gateway.kubernetes: { namespace } (a Deployment of squid in that namespace)",
+      "gateway needs exactly one place to run: gateway.kubernetes: { namespace } (a Deployment of squid) or gateway.vm: { backend } (a VM on one of the pool's KVM or Proxmox backends)",
     );
-  else problems.push(...gatewayKubernetesArgsProblems(gateway.kubernetes));
+  if (gateway.kubernetes !== undefined)
+    problems.push(...gatewayKubernetesArgsProblems(gateway.kubernetes));
+  if (gateway.vm !== undefined && !vmBackends.includes(gateway.vm.backend))
+    problems.push(
+      `gateway.vm.backend must name one of the pool's KVM or Proxmox backends (${vmBackends.join(", ") || "it has none"}), not ${JSON.stringify(gateway.vm.backend)}`,
+    );
   return problems;
 }
 
@@ -151,15 +181,16 @@ export function declareGateway(
     login?: { user: string; password: pulumi.Input<string> };
   },
   parent: pulumi.Resource,
+  declareVm: DeclareGatewayVm,
 ): PoolGateway {
   const port = gateway.port ?? DEFAULT_GATEWAY_PORT;
-  const files = pulumi
+  const settings = pulumi
     .all([
       pool.proxies,
       pulumi.all(gateway.users.map((user) => pulumi.output(user.password))),
       pool.login === undefined ? undefined : pulumi.output(pool.login.password),
     ])
-    .apply(([proxies, passwords, memberPassword]) => {
+    .apply(([proxies, passwords, memberPassword]): Omit<GatewaySettings, "paths"> => {
       const settings = {
         port,
         allowedClientCidrs: gateway.allowedClientCidrs ?? DEFAULT_GATEWAY_CLIENT_CIDRS,
@@ -178,18 +209,29 @@ export function declareGateway(
       };
       const problems = gatewaySettingsProblems({ ...settings, paths: { configDir: "/" } });
       if (problems.length > 0) throw new Error(`EgressProxyPool ${name}: ${problems.join("; ")}`);
-      return gatewayPodFiles(settings);
+      return settings;
     });
+  const users = gateway.users.map((user) => user.name);
+  if (gateway.vm !== undefined) {
+    const vm = declareVm(
+      gateway.vm.backend,
+      pulumi.secret(settings.apply(gatewayVmSoftware)),
+      port,
+    );
+    return {
+      url: vm.ip.apply((ip) =>
+        ip === null ? "" : `http://${isIP(ip) === 6 ? `[${ip}]` : ip}:${port}`,
+      ),
+      addresses: vm.ip.apply((ip) => (ip === null ? [] : [ip])),
+      users,
+      vm: vm.resource,
+    };
+  }
   const placed = publishGatewayToKubernetes(
     name,
     gateway.kubernetes!,
-    { files: pulumi.secret(files), port },
+    { files: pulumi.secret(settings.apply((known) => gatewayPodFiles(known))), port },
     parent,
   );
-  return {
-    url: placed.url,
-    clusterIps: placed.clusterIps,
-    users: gateway.users.map((user) => user.name),
-    kubernetes: placed.objects,
-  };
+  return { url: placed.url, addresses: placed.clusterIps, users, kubernetes: placed.objects };
 }

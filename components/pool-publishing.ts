@@ -5,10 +5,16 @@
  * requireDistinctEgress refuses publishes and routes nowhere.
  */
 import * as pulumi from "@pulumi/pulumi";
-import type { PoolMember } from "./backend-kind";
+import type { PoolDecisions, PoolMember } from "./backend-kind";
+import { kindOf, type AnyPoolBackend } from "./backends";
 import type { EgressGroup } from "./egress-diversity";
 import { poolTakesIpv6, type PoolIpFamilyArgs } from "./dual-stack";
-import { declareGateway, type GatewayArgs, type PoolGateway } from "./gateway";
+import {
+  declareGateway,
+  type DeclareGatewayVm,
+  type GatewayArgs,
+  type PoolGateway,
+} from "./gateway";
 import {
   publishToKubernetes,
   type KubernetesObjects,
@@ -34,6 +40,9 @@ export interface PoolToPublish {
   proxies: pulumi.Output<ProxyDetails[]>;
   egress: pulumi.Output<EgressGroup[]>;
   endpointsWithCredentials: pulumi.Output<string[]>;
+  backends: readonly AnyPoolBackend[];
+  /** What the pool decided for its members: a gateway VM is made the same way, as itself. */
+  decisions: PoolDecisions<unknown>;
 }
 
 const known = (values: (string | null)[]): string[] => values.flatMap((value) => value ?? []);
@@ -75,6 +84,38 @@ export function publishPool(
           args.gateway,
           { proxies: verdict.apply(([all]) => all), port, login: args.squid?.basicAuth },
           parent,
+          gatewayVmMaker(name, pool),
         );
   return { kubernetes, gateway };
+}
+
+/**
+ * How the pool makes its gateway VM: through the backend kind's own `declare`,
+ * as a member is made (image, network, storage, machine size), with the gateway's software and none of what makes
+ * a member a member: no egress check or re-check, no rotation, no place in the
+ * disruption budget, no basic auth of its own (its users are in its files).
+ */
+function gatewayVmMaker(poolName: string, pool: PoolToPublish): DeclareGatewayVm {
+  return (backendName, software, port) => {
+    const backend = pool.backends.find((candidate) => candidate.name === backendName)!;
+    const { kind, settings } = kindOf(backend);
+    return kind.declare(
+      `${poolName}-gateway`,
+      settings,
+      { backend: backendName, index: 0, key: "gateway" },
+      {
+        ...pool.decisions,
+        userData: software.apply((known) => known.userData),
+        guestFiles: software.apply((known) => known.guestFiles),
+        readiness: { mode: "port", port },
+        port,
+        egressCheck: undefined,
+        basicAuth: undefined,
+        rotate: undefined,
+        egressRecheck: false,
+        rotateAfterDays: undefined,
+        disruptionBudget: undefined,
+      },
+    );
+  };
 }

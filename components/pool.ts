@@ -174,6 +174,7 @@ export function poolArgsProblems(args: EgressProxyPoolArgs): string[] {
     ...gatewayArgsProblems(
       args.gateway,
       backends.map((backend) => backend.name),
+      backends.filter((_, index) => kinds[index]![0] !== "static").map((backend) => backend.name),
     ),
   );
   if (problems.length === 0) problems.push(...rotateProblems(args));
@@ -329,6 +330,8 @@ export class EgressProxyPool extends pulumi.ComponentResource {
         proxies: this.proxies,
         egress: this.egress,
         endpointsWithCredentials: this.endpointsWithCredentials,
+        backends: args.backends,
+        decisions,
       },
       this,
     );

@@ -12,6 +12,7 @@
 import { createHash } from "node:crypto";
 import { isIP } from "node:net";
 import { buildMultipart } from "../provider/nocloud";
+import { runcmdEntry, writeFileEntry } from "./cloud-config";
 import { htpasswdLine } from "./password-hash";
 import {
   prefixEgressParts,
@@ -126,29 +127,6 @@ export function squidConfig(settings: SquidSettings): string {
   );
   return lines.join("\n") + "\n";
 }
-
-/** `content: |` body lines, indented under the key. A literal block keeps every character as written. */
-const literalBlock = (text: string, indent: string): string =>
-  text
-    .split("\n")
-    .filter((line, index, all) => !(index === all.length - 1 && line === ""))
-    .map((line) => (line === "" ? "" : indent + line))
-    .join("\n");
-
-/** One `write_files` entry. Deferred: written after packages are installed (see squidCloudConfig). */
-function writeFileEntry(file: GuestFileText, defer: boolean): string[] {
-  return [
-    `  - path: ${file.path}`,
-    `    permissions: "${file.permissions}"`,
-    ...(defer ? [`    defer: true`] : []),
-    `    content: |`,
-    ...(file.content === "" ? [] : [literalBlock(file.content, "      ")]),
-  ];
-}
-
-/** A `runcmd` entry: a YAML flow list, an argument quoted when YAML would read it otherwise. */
-const runcmdEntry = (argv: readonly string[]): string =>
-  `  - [${argv.map((arg) => (/^[A-Za-z0-9_./=-]+$/.test(arg) ? arg : `'${arg.replace(/'/g, "''")}'`)).join(", ")}]`;
 
 /** squid's helper runs as the package's user: "proxy" on Debian, "squid" elsewhere. */
 const CHGRP_PASSWORD_FILE = [

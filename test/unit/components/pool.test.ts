@@ -1543,6 +1543,69 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
       assert.ok(gatewayObject(type), `${type} declared`);
   });
 
+  it("gateway VM: made on a KVM backend like a member, its files from the members; members changing leave its document's identity as it is", async () => {
+    const gatewayOf = async (count: number) => {
+      registered = [];
+      const instance = new pool.EgressProxyPool(`gwvm${count}`, {
+        backends: [KVM("kvm1", { count })],
+        squid: { basicAuth: { user: "member", password: "member-password-1" } },
+        egressCheck: { url: "http://203.0.113.5/ip" },
+        gateway: {
+          users: [{ name: "crawler", password: "crawler-password-1" }],
+          vm: { backend: "kvm1" },
+        },
+      });
+      const url = await valueOf(instance.gateway!.url);
+      await settle();
+      const vm = registered.find((r) => r.name === `gwvm${count}-gateway`)!;
+      return {
+        instance,
+        url,
+        inputs: plain(vm.inputs) as Record<string, unknown>,
+        secret: vm.inputs,
+      };
+    };
+    const two = await gatewayOf(2);
+    const three = await gatewayOf(3);
+    const filesOf = (inputs: Record<string, unknown>) =>
+      (inputs.guestFiles as { files: Array<{ path: string; content: string }> }).files;
+    const identityOf = (inputs: Record<string, unknown>) =>
+      (inputs.guestFiles as { userDataIdentity: string }).userDataIdentity;
+    const peersOf = (inputs: Record<string, unknown>) =>
+      [
+        ...filesOf(inputs)[0]!.content.matchAll(
+          /^cache_peer \S+ parent 3128 0 round-robin name=(\S+)/gm,
+        ),
+      ].map((match) => match[1]);
+    assert.deepEqual(peersOf(two.inputs), ["kvm1-0", "kvm1-1"]);
+    assert.deepEqual(peersOf(three.inputs), ["kvm1-0", "kvm1-1", "kvm1-2"]);
+    assert.equal(filesOf(two.inputs)[0]!.path, "/etc/squid/squid.conf");
+    assert.equal(
+      identityOf(two.inputs),
+      identityOf(three.inputs),
+      "a member more is delivered, not a new VM",
+    );
+    assert.match(
+      String(two.inputs.userData),
+      /^#cloud-config\n# egress-proxies: the pool's gateway/,
+    );
+    assert.ok(isSecretValue(two.secret.userData) && isSecretValue(two.secret.guestFiles));
+    // Not a member: no egress check or re-check, no budget, no basic auth of its own.
+    assert.equal(two.inputs.egressCheck, undefined);
+    assert.equal(two.inputs.disruptionBudget, undefined);
+    assert.equal(two.inputs.egressRecheck, false);
+    assert.match(two.url, /^http:\/\/198\.51\.100\.\d+:3128$/);
+    assert.equal(
+      two.url,
+      `http://${String((await valueOf(two.instance.gateway!.addresses))[0])}:3128`,
+    );
+    assert.equal(
+      (await valueOf(two.instance.proxies)).length,
+      2,
+      "the gateway is not one of the proxies",
+    );
+  });
+
   it("gateway: refused without a place to run, with a label that is not one, or a user named with a suffix word", () => {
     const problems = pool.poolArgsProblems({
       backends: [KVM("kvm1")],
@@ -1557,7 +1620,7 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
         'gateway.users[0].name "crawler-session" contains the word "session" or "host", which open a session or a pin in a client\'s user name; choose a name without them, e.g. "crawler-sessions"',
         'gateway.backendLabels.kvm1[0] must be lower-case letters and digits in words joined by single hyphens (at most 63), e.g. "kvm1" or "country-de"',
         "gateway.backendLabels.nowhere names no backend of the pool (backends: kvm1)",
-        "gateway needs a place to run: set gateway.kubernetes: { namespace } (a Deployment of squid in that namespace)",
+        "gateway needs exactly one place to run: gateway.kubernetes: { namespace } (a Deployment of squid) or gateway.vm: { backend } (a VM on one of the pool's KVM or Proxmox backends)",
       ],
     );
   });
