@@ -22,6 +22,7 @@ import { writeFileSync } from "node:fs";
 import { arch, cpus, loadavg, release, totalmem, type } from "node:os";
 import { join } from "node:path";
 import { runCheckBenchmarks } from "./check";
+import { runGatewayBenchmarks } from "./gateway";
 import { evaluateGoals, formatGoalTable } from "./goals";
 import { runKvmBenchmarks } from "./kvm";
 import { runLibvirtBenchmarks } from "./libvirt";
@@ -40,6 +41,7 @@ const suites: Record<string, () => Promise<void>> = {
   reaper: runReaperBenchmarks,
   check: runCheckBenchmarks,
   prefix: runPrefixBenchmarks,
+  gateway: runGatewayBenchmarks,
 };
 
 /** dist/test/bench/run.js → the repository root. */
