@@ -21,6 +21,7 @@ const parsed = egressProxies.poolArgsFromStackConfig(
     basicAuthPassword: config.get("basicAuthPassword"),
     kvmPrivateKey: config.get("kvmPrivateKey"),
     extraCloudInit: config.get("extraCloudInit"),
+    gatewayPasswords: config.get("gatewayPasswords"),
   },
   pulumi.secret,
 );
@@ -35,3 +36,4 @@ export const endpointsWithCredentials = pool.endpointsWithCredentials;
 export const proxies = pool.proxies;
 export const count = pool.count;
 export const egress = pool.egress;
+export const gatewayUrl = pool.gateway?.url;

@@ -251,7 +251,7 @@ export class EgressProxyPool extends pulumi.ComponentResource {
     const problems = poolArgsProblems(args);
     if (problems.length > 0)
       throw new PoolArgsError(`EgressProxyPool ${name}: ${problems.join("; ")}`);
-    if (args.kubernetes !== undefined || args.gateway !== undefined)
+    if (args.kubernetes !== undefined || args.gateway?.kubernetes !== undefined)
       assertKubernetesAvailable(`EgressProxyPool ${name}`);
     for (const warning of unusedRotateEntries(args))
       void pulumi.log.warn(`EgressProxyPool ${name}: ${warning}`, this);

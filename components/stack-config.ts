@@ -26,6 +26,11 @@ import { describeIssues } from "./config-keys";
 import { placementProblems } from "./placement";
 import type { EgressProxyPoolArgs, PoolBackend } from "./pool";
 import {
+  gatewayConfigSchema,
+  gatewayFromStackConfig,
+  gatewayStackProblems,
+} from "./stack-config-gateway";
+import {
   DEFAULT_ALLOWED_CLIENT_CIDRS,
   DEFAULT_SQUID_PORT,
   squidSettingsProblems,
@@ -213,6 +218,7 @@ export const poolConfigSchema = z.strictObject({
         .optional(),
     })
     .optional(),
+  gateway: gatewayConfigSchema,
 });
 
 export type PoolConfig = z.output<typeof poolConfigSchema>;
@@ -231,6 +237,8 @@ export interface RawStackConfig extends BackendStackSecrets {
   basicAuthPassword?: string;
   /** `egress-proxies:extraCloudInit`: more cloud-init, its own MIME part. */
   extraCloudInit?: string;
+  /** `egress-proxies:gatewayPasswords` (secret): a JSON object of gateway user name to password. */
+  gatewayPasswords?: string;
 }
 
 export type StackConfigResult =
@@ -387,6 +395,21 @@ function secretProblems(raw: RawStackConfig, pool: unknown): string[] {
           `${POOL_KEY}.squid.basicAuthUser${problem.slice("squid.basicAuth.user".length)}`,
         );
   }
+  const backends =
+    isRecord(pool) && Array.isArray(pool.backends) ? pool.backends.filter(isRecord) : [];
+  const named = (list: Record<string, unknown>[]) =>
+    list.flatMap((backend) => (typeof backend.name === "string" ? [backend.name] : []));
+  problems.push(
+    ...gatewayStackProblems(
+      isRecord(pool) ? pool.gateway : undefined,
+      raw.gatewayPasswords,
+      {
+        names: named(backends),
+        vmNames: named(backends.filter((backend) => !("static" in backend))),
+      },
+      { pool: POOL_KEY, passwords: `${CONFIG_NAMESPACE}:gatewayPasswords` },
+    ),
+  );
   for (const { secret } of BACKEND_STACK_SECRETS) {
     const text = stackSecretText(raw, secret.name);
     const problem =
@@ -439,6 +462,7 @@ function poolArgs(
     ...(config.drainSeconds === undefined ? {} : { drainSeconds: config.drainSeconds }),
     ...(config.onCollision === undefined ? {} : { onCollision: config.onCollision }),
     kubernetes: config.kubernetes,
+    gateway: gatewayFromStackConfig(config.gateway, raw.gatewayPasswords, secret),
   };
 }
 

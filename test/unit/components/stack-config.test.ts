@@ -604,3 +604,73 @@ describe("root program: stack config", () => {
     assert.ok(!`${out}${err}`.includes("tiny"), "the password is never printed");
   });
 });
+
+describe("root program: the gateway in stack config", () => {
+  const pool = (gateway: unknown) => ({
+    backends: [
+      { name: "kvm1", kvm: {} },
+      { name: "pve1", proxmox: PROXMOX },
+    ],
+    count: 2,
+    gateway,
+  });
+  const PASSWORDS = JSON.stringify({
+    crawler: "crawler-password-1",
+    "team-b": "team-b-password-2",
+  });
+
+  it("becomes the pool's gateway: users with their passwords as secrets, where it runs, labels", () => {
+    const wrapped: string[] = [];
+    const result = poolArgsFromStackConfig(
+      {
+        pool: pool({
+          users: ["crawler", "team-b"],
+          backendLabels: { pve1: ["country-de"] },
+          kubernetes: { namespace: "crawlers", replicas: 3 },
+        }),
+        gatewayPasswords: PASSWORDS,
+      },
+      (text) => {
+        wrapped.push(text);
+        return `secret(${text.length})`;
+      },
+    );
+    assert.ok(result.ok, result.ok ? "" : result.problems.join("\n"));
+    assert.deepEqual(result.args.gateway, {
+      users: [
+        { name: "crawler", password: "secret(18)" },
+        { name: "team-b", password: "secret(17)" },
+      ],
+      backendLabels: { pve1: ["country-de"] },
+      kubernetes: { namespace: "crawlers", replicas: 3 },
+    });
+    assert.ok(wrapped.includes("crawler-password-1") && wrapped.includes("team-b-password-2"));
+  });
+
+  it("names every problem by its key, never quoting a password", () => {
+    const problems = problemsOf({
+      pool: pool({ users: ["crawler", "nobody"], vm: { backend: "elsewhere" } }),
+      gatewayPasswords: JSON.stringify({ crawler: "short", stranger: "stranger-password-9" }),
+    });
+    assert.deepEqual(problems, [
+      `egress-proxies:gatewayPasswords: the password of "crawler" must be at least 12 characters, without line breaks; set it again with \`pulumi config set --secret egress-proxies:gatewayPasswords '{"<user>":"<password>"}'\``,
+      `egress-proxies:pool.gateway.users names "nobody", who has no password in egress-proxies:gatewayPasswords: \`pulumi config set --secret egress-proxies:gatewayPasswords '{"<user>":"<password>"}'\``,
+      'egress-proxies:gatewayPasswords has a password for "stranger", who is not in egress-proxies:pool.gateway.users: add the user or remove the password',
+      'egress-proxies:pool.gateway.vm.backend must name one of the pool\'s KVM or Proxmox backends (kvm1, pve1), not "elsewhere"',
+    ]);
+    assert.doesNotMatch(problems.join("\n"), /short|stranger-password-9/);
+    const garbled = problemsOf({
+      pool: pool({ users: ["crawler"], vm: { backend: "kvm1" } }),
+      gatewayPasswords: "{crawler: hunter2",
+    });
+    assert.equal(garbled.length, 1);
+    assert.match(
+      garbled[0]!,
+      /^egress-proxies:gatewayPasswords must be a JSON object of user name to password/,
+    );
+    assert.doesNotMatch(garbled[0]!, /hunter2/);
+    assert.deepEqual(problemsOf({ pool: pool(undefined), gatewayPasswords: PASSWORDS }), [
+      "egress-proxies:gatewayPasswords is set but egress-proxies:pool.gateway is not: add the gateway, or `pulumi config rm egress-proxies:gatewayPasswords`",
+    ]);
+  });
+});
