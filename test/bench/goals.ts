@@ -128,32 +128,32 @@ export const GOALS: readonly Goal[] = [
   {
     key: "gateway_added_latency_p50_ms",
     comparison: { kind: "at most", limit: 1 },
-    issue: "(gateway) adds ≤ 1 ms at p50 over a member alone",
+    issue: "(issue 31) adds ≤ 1 ms at p50 over a member alone",
   },
   {
     key: "gateway_added_latency_p99_ms",
     comparison: { kind: "at most", limit: 5 },
-    issue: "(gateway) adds ≤ 5 ms at p99 over a member alone",
+    issue: "(issue 31) adds ≤ 5 ms at p99 over a member alone",
   },
   {
     key: "gateway_rps_ratio_vs_direct",
     comparison: { kind: "at least", limit: 0.8 },
-    issue: "(gateway) ≥ 0.8× the requests/s of a member alone, 32 clients",
+    issue: "(issue 31) ≥ 0.8× the requests/s of a member alone, 32 clients",
   },
   {
     key: "gateway_sticky_percent",
     comparison: { kind: "at least", limit: 100 },
-    issue: "(gateway) every session on one exit address",
+    issue: "(issue 31) every session on one exit address",
   },
   {
     key: "gateway_sessions_moved_percent_on_member_loss",
     comparison: { kind: "at most", limit: 100 / 4 + 5 },
-    issue: "(gateway) one of N = 4 members gone moves ≤ 100/N + 5 % of sessions",
+    issue: "(issue 31) one of N = 4 members gone moves ≤ 100/N + 5 % of sessions",
   },
   {
     key: "gateway_failover_error_percent",
     comparison: { kind: "at most", limit: 1 },
-    issue: "(gateway) ≤ 1 % of requests fail when a member dies in traffic",
+    issue: "(issue 31) ≤ 1 % of requests fail when a member dies in traffic",
   },
 ];
 
