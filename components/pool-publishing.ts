@@ -90,10 +90,11 @@ export function publishPool(
 }
 
 /**
- * How the pool makes its gateway VM: through the backend kind's own `declare`,
- * as a member is made (image, network, storage, machine size), with the gateway's software and none of what makes
- * a member a member: no egress check or re-check, no rotation, no place in the
- * disruption budget, no basic auth of its own (its users are in its files).
+ * How the pool makes its gateway VM: through the backend kind's own
+ * `declare`, as a member is made (image, network, storage, machine size),
+ * with the gateway's software and none of what makes a member a member: no
+ * egress check or re-check, no rotation, no place in the disruption budget,
+ * no basic auth of its own (its users are in its files).
  */
 function gatewayVmMaker(poolName: string, pool: PoolToPublish): DeclareGatewayVm {
   return (backendName, software, port) => {
