@@ -3,20 +3,25 @@
  * egress-proxies: the package's command line. Subcommands:
  *   doctor   is this hypervisor ready for KvmProxy? (and --fix the standard set-up)
  *   check    are the proxies up, and which egress address does each give?
+ *   gateway-metrics   the pool's gateway's requests per member and per user, for Prometheus
  */
 import { versionText } from "../provider/common/version";
 import { check, CHECK_USAGE } from "./check/command";
 import { doctor, DOCTOR_USAGE } from "./doctor/command";
+import { gatewayMetrics, GATEWAY_METRICS_USAGE } from "./gateway-metrics/command";
 
 const USAGE = `usage: egress-proxies <command> [options]
        egress-proxies --version [--verbose]
 commands:
   doctor   check the KVM hosts of a stack config (or one host) and optionally --fix them
   check    probe every proxy of a stack (HTTP, CONNECT, egress address); table, --json, --prometheus
+  gateway-metrics  count the gateway's requests per member and per user from squid's log; /metrics
 
 ${DOCTOR_USAGE}
 
-${CHECK_USAGE}`;
+${CHECK_USAGE}
+
+${GATEWAY_METRICS_USAGE}`;
 
 const commands: Record<string, (argv: string[]) => Promise<number>> = {
   doctor: (argv) =>
@@ -34,6 +39,12 @@ const commands: Record<string, (argv: string[]) => Promise<number>> = {
       readStdin,
       stdinIsTerminal: process.stdin.isTTY === true,
       env: process.env,
+      stopSignal,
+    }),
+  "gateway-metrics": (argv) =>
+    gatewayMetrics(argv, {
+      out: (text) => process.stdout.write(`${text}\n`),
+      err: (text) => process.stderr.write(`${text}\n`),
       stopSignal,
     }),
 };

@@ -22,15 +22,34 @@
  * as in kubernetes.ts.
  */
 import * as pulumi from "@pulumi/pulumi";
-import { GATEWAY_POD_CONFIG_DIR, gatewayEntrypointScript } from "../workloads/gateway/pod";
+import {
+  GATEWAY_POD_CONFIG_DIR,
+  GATEWAY_POD_METRICS_UDP,
+  gatewayEntrypointScript,
+} from "../workloads/gateway/pod";
 import type { GatewayFiles } from "../workloads/gateway/squid-gateway";
 import { KubernetesPackageMissingError } from "./kubernetes";
+import { EXPORTER_DEFAULTS } from "./kubernetes-exporter";
 
 /** Canonical's maintained squid image (Ubuntu's squid, basic_ncsa_auth where the config expects it). */
 export const DEFAULT_GATEWAY_IMAGE = "ubuntu/squid:6.6-24.04_beta";
 export const DEFAULT_GATEWAY_REPLICAS = 2;
 const MAX_GATEWAY_REPLICAS = 50;
 const SERVICE_TYPES = ["ClusterIP", "LoadBalancer", "NodePort"] as const;
+export const DEFAULT_GATEWAY_METRICS_PORT = 9102;
+
+/**
+ * `egress-proxies gateway-metrics` beside squid in each pod, run as the check
+ * exporter is (kubernetes-exporter.ts): npx in a stock Node image, unprivileged.
+ */
+export interface GatewayMetricsArgs {
+  /** The port of /metrics and /healthz on the pod (and on a ClusterIP Service). Default 9102. */
+  port?: number;
+  /** A Node.js 22+ image with npm. Default `node:26-slim`, the check exporter's. */
+  image?: string;
+  /** What npx runs. Default `egress-proxies@<this package's version>`. */
+  packageSpec?: string;
+}
 
 export interface GatewayKubernetesArgs {
   /** Namespace of the gateway's objects; it must exist. */
@@ -51,6 +70,8 @@ export interface GatewayKubernetesArgs {
   labels?: Record<string, string>;
   /** Service type: "ClusterIP" (default) or "LoadBalancer" or "NodePort". */
   serviceType?: "ClusterIP" | "LoadBalancer" | "NodePort";
+  /** Per-member and per-user metrics from a sidecar in each pod; off unless given (`{}` for the defaults). */
+  metrics?: GatewayMetricsArgs;
 }
 
 /**
@@ -107,6 +128,25 @@ export function gatewayKubernetesArgsProblems(
     problems.push(
       `${field}.serviceType must be one of ${SERVICE_TYPES.map((type) => `"${type}"`).join(", ")} (not ${JSON.stringify(args.serviceType)})`,
     );
+  problems.push(...metricsArgsProblems(args.metrics, `${field}.metrics`));
+  return problems;
+}
+
+function metricsArgsProblems(metrics: GatewayMetricsArgs | undefined, field: string): string[] {
+  if (metrics === undefined) return [];
+  if (typeof metrics !== "object" || metrics === null)
+    return [`${field} must be an object, e.g. {} for the defaults or { port: 9102 }`];
+  const problems: string[] = [];
+  const port = metrics.port;
+  if (port !== undefined && (!Number.isInteger(port) || port < 1024 || port > 65_535))
+    problems.push(
+      `${field}.port must be a whole number from 1024 to 65535 (the sidecar runs unprivileged), e.g. ${DEFAULT_GATEWAY_METRICS_PORT}`,
+    );
+  for (const key of ["image", "packageSpec"] as const)
+    if (metrics[key] !== undefined && !/^\S+$/.test(metrics[key] as string))
+      problems.push(
+        `${field}.${key} must be ${key === "image" ? "an image reference" : "what npx runs"} without spaces, e.g. "${EXPORTER_DEFAULTS[key]}"`,
+      );
   return problems;
 }
 
@@ -172,6 +212,11 @@ export function publishGatewayToKubernetes(
     problems.push(
       `gateway.kubernetes.name defaults to "${name}", which is not ${DNS_LABEL_HINT}: set gateway.kubernetes.name`,
     );
+  const metrics = resolveMetrics(args.metrics);
+  if (metrics?.port === gateway.port)
+    problems.push(
+      `gateway.kubernetes.metrics.port ${metrics.port} is the gateway's proxy port: choose another, e.g. ${DEFAULT_GATEWAY_METRICS_PORT}`,
+    );
   if (problems.length > 0) throw new Error(`${owner}: ${problems.join("; ")}`);
   const k8s = loadKubernetes(owner);
   const options: pulumi.CustomResourceOptions = { parent, provider: args.provider };
@@ -214,6 +259,7 @@ export function publishGatewayToKubernetes(
         secretName: name,
         selector,
         podLabels: labels,
+        metrics,
       }),
     },
     // Pods need the Secret to start; a dependsOn edge, not a property, so its replacement leaves them be.
@@ -239,6 +285,7 @@ export function publishGatewayToKubernetes(
     metadata,
     selector,
     port: gateway.port,
+    metricsPort: metrics?.port,
     type: args.serviceType ?? "ClusterIP",
     options,
   });
@@ -250,6 +297,23 @@ export function publishGatewayToKubernetes(
   };
 }
 
+type ResolvedMetrics = Required<GatewayMetricsArgs>;
+
+const resolveMetrics = (metrics: GatewayMetricsArgs | undefined): ResolvedMetrics | undefined =>
+  metrics === undefined
+    ? undefined
+    : {
+        port: metrics.port ?? DEFAULT_GATEWAY_METRICS_PORT,
+        image: metrics.image ?? EXPORTER_DEFAULTS.image,
+        packageSpec: metrics.packageSpec ?? EXPORTER_DEFAULTS.packageSpec,
+      };
+
+const scrapeAnnotations = (port: number) => ({
+  "prometheus.io/scrape": "true",
+  "prometheus.io/port": String(port),
+  "prometheus.io/path": "/metrics",
+});
+
 /** The Deployment's spec: nothing in it depends on the files, so a member change never rolls the pods. */
 function gatewayDeploymentSpec(deployment: {
   replicas: number;
@@ -258,14 +322,20 @@ function gatewayDeploymentSpec(deployment: {
   secretName: string;
   selector: Record<string, string>;
   podLabels: Record<string, string>;
+  metrics: ResolvedMetrics | undefined;
 }) {
+  const { metrics } = deployment;
   return {
     replicas: deployment.replicas,
     selector: { matchLabels: deployment.selector },
     // A new pod is ready before an old one goes: the gateway never runs below its replicas.
     strategy: { type: "RollingUpdate", rollingUpdate: { maxUnavailable: 0, maxSurge: 1 } },
     template: {
-      metadata: { labels: deployment.podLabels },
+      metadata: {
+        labels: deployment.podLabels,
+        // Scraped per pod, each squid counting what it routed; constant for a given port.
+        ...(metrics === undefined ? {} : { annotations: scrapeAnnotations(metrics.port) }),
+      },
       spec: gatewayPodSpec(deployment),
     },
   };
@@ -276,6 +346,7 @@ function gatewayPodSpec(pod: {
   port: number;
   secretName: string;
   selector: Record<string, string>;
+  metrics: ResolvedMetrics | undefined;
 }) {
   const tcp = { tcpSocket: { port: "proxy" } };
   return {
@@ -322,6 +393,7 @@ function gatewayPodSpec(pod: {
         securityContext: { allowPrivilegeEscalation: false },
         volumeMounts: [{ name: "config", mountPath: GATEWAY_POD_CONFIG_DIR, readOnly: true }],
       },
+      ...(pod.metrics === undefined ? [] : [metricsContainer(pod.metrics)]),
     ],
     volumes: [
       {
@@ -330,7 +402,57 @@ function gatewayPodSpec(pod: {
         // World-readable: squid's helpers read the password file as the unprivileged `proxy` user.
         secret: { secretName: pod.secretName, defaultMode: 0o444 },
       },
+      ...(pod.metrics === undefined ? [] : [METRICS_TMP]),
     ],
+  };
+}
+
+const NODE_IMAGE_USER = 1000; // the node image's unprivileged user, as in kubernetes-exporter.ts
+/** The sidecar's only writable place: npx's cache and HOME. */
+const METRICS_TMP = { name: "metrics-tmp", emptyDir: { sizeLimit: "512Mi" } };
+
+/** The metrics sidecar: `gateway-metrics` on squid's loopback UDP log, through npx. */
+function metricsContainer(metrics: ResolvedMetrics) {
+  return {
+    name: "metrics",
+    image: metrics.image,
+    command: [
+      "npx",
+      "--yes",
+      metrics.packageSpec,
+      "gateway-metrics",
+      "--udp",
+      GATEWAY_POD_METRICS_UDP,
+      "--listen",
+      `0.0.0.0:${metrics.port}`,
+    ],
+    // npx installs into its cache: HOME and the cache on the writable emptyDir.
+    env: [
+      { name: "HOME", value: "/tmp" },
+      { name: "npm_config_cache", value: "/tmp/.npm" },
+      { name: "npm_config_update_notifier", value: "false" },
+    ],
+    ports: [{ name: "metrics", containerPort: metrics.port, protocol: "TCP" }],
+    // No readiness probe: the pod's readiness stays squid's, and a sidecar still downloading the
+    // package must not take the proxy out of the Service. Liveness waits for that download.
+    livenessProbe: {
+      httpGet: { path: "/healthz", port: "metrics" },
+      initialDelaySeconds: 300,
+      periodSeconds: 30,
+      timeoutSeconds: 5,
+      failureThreshold: 3,
+    },
+    resources: { requests: { cpu: "10m", memory: "64Mi" }, limits: { memory: "256Mi" } },
+    // The pod runs squid as root (it drops to `proxy` itself): the sidecar drops everything here.
+    securityContext: {
+      runAsNonRoot: true,
+      runAsUser: NODE_IMAGE_USER,
+      runAsGroup: NODE_IMAGE_USER,
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      capabilities: { drop: ["ALL"] },
+    },
+    volumeMounts: [{ name: METRICS_TMP.name, mountPath: "/tmp" }],
   };
 }
 
@@ -342,10 +464,17 @@ function declareService(
     metadata: Record<string, unknown>;
     selector: Record<string, string>;
     port: number;
+    metricsPort: number | undefined;
     type: NonNullable<GatewayKubernetesArgs["serviceType"]>;
     options: pulumi.CustomResourceOptions;
   },
 ) {
+  // Inside the cluster only: a LoadBalancer or NodePort would publish the per-user counts beyond
+  // it (Prometheus scrapes the pods through their annotations either way).
+  const metrics =
+    service.metricsPort !== undefined && service.type === "ClusterIP"
+      ? [{ name: "metrics", port: service.metricsPort, targetPort: "metrics", protocol: "TCP" }]
+      : [];
   return new k8s.core.v1.Service(
     resourceName,
     {
@@ -354,7 +483,10 @@ function declareService(
         type: service.type,
         ipFamilyPolicy: "PreferDualStack",
         selector: service.selector,
-        ports: [{ name: "proxy", port: service.port, targetPort: "proxy", protocol: "TCP" }],
+        ports: [
+          { name: "proxy", port: service.port, targetPort: "proxy", protocol: "TCP" },
+          ...metrics,
+        ],
         // Through a load balancer, Cluster would SNAT clients to a node's (private) address, which
         // squid's allowedClientCidrs would then let in: Local keeps the client's own address.
         ...(service.type === "LoadBalancer" ? { externalTrafficPolicy: "Local" } : {}),

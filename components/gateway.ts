@@ -15,7 +15,7 @@
 import * as pulumi from "@pulumi/pulumi";
 import { isIP } from "node:net";
 import { DEFAULT_ALLOWED_CLIENT_CIDRS } from "../workloads/squid-cloud-init";
-import { gatewayPodFiles } from "../workloads/gateway/pod";
+import { GATEWAY_POD_METRICS_UDP, gatewayPodFiles } from "../workloads/gateway/pod";
 import { gatewayVmSoftware } from "../workloads/gateway/vm";
 import {
   DEFAULT_GATEWAY_PORT,
@@ -227,10 +227,13 @@ export function declareGateway(
       vm: vm.resource,
     };
   }
+  // squid sends its log lines to the metrics sidecar only when there is one to receive them.
+  const podOptions =
+    gateway.kubernetes?.metrics === undefined ? {} : { metricsUdp: GATEWAY_POD_METRICS_UDP };
   const placed = publishGatewayToKubernetes(
     name,
     gateway.kubernetes!,
-    { files: pulumi.secret(settings.apply((known) => gatewayPodFiles(known))), port },
+    { files: pulumi.secret(settings.apply((known) => gatewayPodFiles(known, podOptions))), port },
     parent,
   );
   return { url: placed.url, addresses: placed.clusterIps, users, kubernetes: placed.objects };

@@ -141,8 +141,12 @@ function labAlone(specs: readonly Spec[]): StepSpec[] {
   return alone.length === 0 ? [] : [mocha("lab-alone", alone)];
 }
 
-async function step(spec: StepSpec): Promise<boolean> {
-  if (interrupted) return false;
+/**
+ * Runs one step and prints it. After a signal no new step starts, except the
+ * teardown's (`always`): those are what undo the run.
+ */
+async function step(spec: StepSpec, always = false): Promise<boolean> {
+  if (interrupted && !always) return false;
   const outcome = await runStep(spec, REPO, LOGS);
   outcomes.push(outcome);
   const verdict = outcome.exitCode === 0 ? "passed" : `FAILED (exit ${outcome.exitCode})`;
@@ -306,9 +310,12 @@ function snapshotMachine(file: string, run: string): void {
 async function tearDownLabs(name: string): Promise<boolean> {
   // The host-reboot test's private hypervisor (a stock-host profile under its own names), if a
   // killed run left it.
-  const reboot = await step(bash(`${name}-reboot-host`, "test/lab/reboot-host.sh", "down"));
-  const stock = await step(bash(`${name}-stock-host`, "test/lab/stock-host-down.sh", "--purge"));
-  const lab = await step(bash(`${name}-lab`, "test/lab/lab-down.sh", "--purge"));
+  const reboot = await step(bash(`${name}-reboot-host`, "test/lab/reboot-host.sh", "down"), true);
+  const stock = await step(
+    bash(`${name}-stock-host`, "test/lab/stock-host-down.sh", "--purge"),
+    true,
+  );
+  const lab = await step(bash(`${name}-lab`, "test/lab/lab-down.sh", "--purge"), true);
   return reboot && stock && lab;
 }
 

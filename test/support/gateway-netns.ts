@@ -174,9 +174,10 @@ export class GatewayNetns {
 
   /**
    * Writes the gateway's files for these members; the first call starts the
-   * pod's entrypoint, later ones are picked up by its reload loop.
+   * pod's entrypoint, later ones are picked up by its reload loop. With
+   * `metricsUdp`, squid also sends each log line to that host:port.
    */
-  writeGateway(members: GatewayMember[]): void {
+  writeGateway(members: GatewayMember[], options: { metricsUdp?: string } = {}): void {
     const dir = this.squidDir("gateway");
     const files = gatewayFiles({
       port: GATEWAY_PORT,
@@ -188,6 +189,7 @@ export class GatewayNetns {
         accessLog: `stdio:${dir}/access.log`,
         cacheLog: `${dir}/cache.log`,
         pidFile: `${dir}/squid.pid`,
+        ...(options.metricsUdp === undefined ? {} : { metricsUdp: options.metricsUdp }),
       },
     });
     for (const file of [files.users, files.authHelper, files.config])
@@ -270,6 +272,26 @@ export class GatewayNetns {
         );
       await new Promise((wake) => setTimeout(wake, 100));
     }
+  }
+
+  /**
+   * Starts a long-running command in the namespace (a service under test);
+   * close() ends it with everything else there. What it prints is kept.
+   */
+  startIn(command: string, args: string[]): { process: ChildProcess; output: () => string } {
+    const child = this.spawnIn(command, args);
+    let output = "";
+    child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString()));
+    return { process: child, output: () => output };
+  }
+
+  /** Runs a command in the namespace to its end, within `timeoutMs`; its stdout. */
+  runIn(command: string, args: string[], timeoutMs = 10_000): string {
+    return execFileSync("ip", ["netns", "exec", this.namespace, command, ...args], {
+      encoding: "utf8",
+      timeout: timeoutMs,
+    });
   }
 
   /** Runs the client in the namespace. */

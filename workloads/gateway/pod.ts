@@ -16,14 +16,27 @@ import { gatewayFiles, type GatewayFiles, type GatewaySettings } from "./squid-g
 export const GATEWAY_POD_CONFIG_DIR = "/etc/egress-gateway";
 export const GATEWAY_RELOAD_POLL_SECONDS = 2;
 
-/** The pod's paths: logs to the container's stdout/stderr, squid's own pid file. */
-export const gatewayPodFiles = (settings: Omit<GatewaySettings, "paths">): GatewayFiles =>
+/**
+ * Where squid in the pod sends its log lines for the `gateway-metrics`
+ * sidecar: loopback, which only the pod's own containers share.
+ */
+export const GATEWAY_POD_METRICS_UDP = "127.0.0.1:5140";
+
+/**
+ * The pod's paths: logs to the container's stdout/stderr, squid's own pid
+ * file; with `metricsUdp`, each log line to the metrics sidecar as well.
+ */
+export const gatewayPodFiles = (
+  settings: Omit<GatewaySettings, "paths">,
+  options: { metricsUdp?: string } = {},
+): GatewayFiles =>
   gatewayFiles({
     ...settings,
     paths: {
       configDir: GATEWAY_POD_CONFIG_DIR,
       accessLog: "stdio:/dev/stdout",
       cacheLog: "/dev/stderr",
+      ...(options.metricsUdp === undefined ? {} : { metricsUdp: options.metricsUdp }),
     },
   });
 

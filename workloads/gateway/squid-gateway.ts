@@ -70,6 +70,11 @@ export interface GatewayPaths {
   configDir: string;
   /** squid's access_log destination, e.g. `stdio:/dev/stdout` in a pod. */
   accessLog?: string;
+  /**
+   * host:port of a `gateway-metrics` intake: squid sends it each access-log
+   * line over UDP as well, and the intake counts them (per member, per user).
+   */
+  metricsUdp?: string;
   cacheLog?: string;
   pidFile?: string;
 }
@@ -128,6 +133,11 @@ export function gatewaySettingsProblems(settings: GatewaySettings, field = "gate
       problems.push(...gatewayLabelProblems(label, `${where}.labels[${labelIndex}]`)),
     );
   });
+  const udp = settings.paths.metricsUdp;
+  if (udp !== undefined && !/^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/.test(udp))
+    problems.push(
+      `${field}.paths.metricsUdp must be host:port of the metrics intake, e.g. 127.0.0.1:5140 (not ${JSON.stringify(udp)})`,
+    );
   return problems;
 }
 
@@ -202,6 +212,10 @@ export function gatewaySquidConfig(settings: GatewaySettings): string {
       ...(paths.cacheLog === undefined ? [] : [`cache_log ${paths.cacheLog}`]),
       GATEWAY_LOG_FORMAT,
       `access_log ${paths.accessLog ?? "daemon:/var/log/squid/access.log"} egress_gateway`,
+      // A second copy of each line, not instead of the first: the readable log stays where it was.
+      ...(paths.metricsUdp === undefined
+        ? []
+        : [`access_log udp://${paths.metricsUdp} egress_gateway`]),
       // sh runs the helper: a file from a Secret volume need not be executable.
       `auth_param basic program /bin/sh ${paths.configDir}/auth-helper.sh`,
       "auth_param basic children 8 startup=2 idle=2",
@@ -273,3 +287,7 @@ export const gatewayPeerNames = (member: string): [string, string] => [
   member,
   member + STICKY_SUFFIX,
 ];
+
+/** The member a peer name squid logs belongs to: gatewayPeerNames read backwards. */
+export const gatewayMemberOfPeer = (peer: string): string =>
+  peer.endsWith(STICKY_SUFFIX) ? peer.slice(0, -STICKY_SUFFIX.length) : peer;

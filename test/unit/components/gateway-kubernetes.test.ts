@@ -10,8 +10,10 @@
 import assert from "node:assert/strict";
 import * as pulumi from "@pulumi/pulumi";
 import type * as gatewayModule from "../../../components/gateway-kubernetes";
+import { EXPORTER_DEFAULTS } from "../../../components/kubernetes-exporter";
 import {
   GATEWAY_POD_CONFIG_DIR,
+  GATEWAY_POD_METRICS_UDP,
   gatewayEntrypointScript,
   gatewayPodFiles,
 } from "../../../workloads/gateway/pod";
@@ -110,12 +112,18 @@ interface PodSpec {
     name: string;
     image: string;
     command: string[];
+    env?: Array<{ name: string; value: string }>;
     ports: Array<{ name: string; containerPort: number; protocol: string }>;
-    readinessProbe: { tcpSocket: { port: string } };
-    livenessProbe: { tcpSocket: { port: string } };
-    volumeMounts: Array<{ name: string; mountPath: string; readOnly: boolean; subPath?: string }>;
+    readinessProbe?: { tcpSocket: { port: string } };
+    livenessProbe: { tcpSocket?: { port: string }; httpGet?: { path: string; port: string } };
+    securityContext: Record<string, unknown>;
+    volumeMounts: Array<{ name: string; mountPath: string; readOnly?: boolean; subPath?: string }>;
   }>;
-  volumes: Array<{ name: string; secret: { secretName: string; defaultMode: number } }>;
+  volumes: Array<{
+    name: string;
+    secret?: { secretName: string; defaultMode: number };
+    emptyDir?: { sizeLimit: string };
+  }>;
 }
 interface Deployment {
   metadata: { name: string; namespace: string; labels: Record<string, string> };
@@ -234,7 +242,7 @@ describe("the gateway in Kubernetes (components/gateway-kubernetes.ts, under Pul
     assert.equal(gateway.DEFAULT_GATEWAY_IMAGE, "ubuntu/squid:6.6-24.04_beta");
     assert.deepEqual(squid!.command, ["sh", "-c", gatewayEntrypointScript()]);
     assert.deepEqual(squid!.ports, [{ name: "proxy", containerPort: 3128, protocol: "TCP" }]);
-    assert.deepEqual(squid!.readinessProbe.tcpSocket, { port: "proxy" });
+    assert.deepEqual(squid!.readinessProbe!.tcpSocket, { port: "proxy" });
     assert.deepEqual(squid!.livenessProbe.tcpSocket, { port: "proxy" });
     assert.deepEqual(squid!.volumeMounts, [
       { name: "config", mountPath: GATEWAY_POD_CONFIG_DIR, readOnly: true },
@@ -368,7 +376,7 @@ describe("the gateway in Kubernetes (components/gateway-kubernetes.ts, under Pul
     assert.equal(deployment.metadata.namespace, "proxies");
     assert.equal(deployment.spec.replicas, 4);
     assert.equal(deployment.spec.template.spec.containers[0]!.image, "registry.example/squid:6.10");
-    assert.equal(deployment.spec.template.spec.volumes[0]!.secret.secretName, "crawl-gw");
+    assert.equal(deployment.spec.template.spec.volumes[0]!.secret!.secretName, "crawl-gw");
     for (const type of [DEPLOYMENT, SECRET, SERVICE, BUDGET]) {
       const { metadata } = byType<{ metadata: Deployment["metadata"] }>(type);
       assert.equal(metadata.name, "crawl-gw", type);
@@ -377,6 +385,162 @@ describe("the gateway in Kubernetes (components/gateway-kubernetes.ts, under Pul
       assert.equal(metadata.labels["app.kubernetes.io/name"], "egress-proxies-gateway", type);
     }
     assert.equal(deployment.spec.template.metadata.labels.team, "data");
+  });
+
+  it("without metrics: squid alone, no scrape annotations, no metrics port", async () => {
+    await declare();
+    const deployment = byType<Deployment>(DEPLOYMENT);
+    assert.deepEqual(
+      deployment.spec.template.spec.containers.map((container) => container.name),
+      ["squid"],
+    );
+    assert.equal(deployment.spec.template.metadata.annotations, undefined);
+    assert.deepEqual(
+      byType<Service>(SERVICE).spec.ports.map((port) => port.name),
+      ["proxy"],
+    );
+  });
+
+  it("with metrics: a sidecar running gateway-metrics through npx as the check exporter runs, scraped by annotations", async () => {
+    await declare();
+    const without = byType<Deployment>(DEPLOYMENT);
+    registered = [];
+    await declare({ metrics: {} });
+    const deployment = byType<Deployment>(DEPLOYMENT);
+    const pod = deployment.spec.template.spec;
+    assert.deepEqual(
+      pod.containers.map((container) => container.name),
+      ["squid", "metrics"],
+    );
+    // squid's own container is the one it was.
+    assert.deepEqual(pod.containers[0], without.spec.template.spec.containers[0]);
+    const sidecar = pod.containers[1]!;
+    assert.equal(sidecar.image, "node:26-slim");
+    assert.equal(sidecar.image, EXPORTER_DEFAULTS.image);
+    assert.deepEqual(sidecar.command, [
+      "npx",
+      "--yes",
+      EXPORTER_DEFAULTS.packageSpec,
+      "gateway-metrics",
+      "--udp",
+      "127.0.0.1:5140",
+      "--listen",
+      "0.0.0.0:9102",
+    ]);
+    assert.match(EXPORTER_DEFAULTS.packageSpec, /^egress-proxies@\d+\.\d+\.\d+/);
+    assert.equal(GATEWAY_POD_METRICS_UDP, "127.0.0.1:5140");
+    assert.deepEqual(sidecar.ports, [{ name: "metrics", containerPort: 9102, protocol: "TCP" }]);
+    assert.deepEqual(sidecar.env, [
+      { name: "HOME", value: "/tmp" },
+      { name: "npm_config_cache", value: "/tmp/.npm" },
+      { name: "npm_config_update_notifier", value: "false" },
+    ]);
+    assert.deepEqual(sidecar.livenessProbe.httpGet, { path: "/healthz", port: "metrics" });
+    // The pod's readiness stays squid's: a sidecar still downloading must not unlist the proxy.
+    assert.equal(sidecar.readinessProbe, undefined);
+    assert.deepEqual(
+      [
+        sidecar.securityContext.runAsNonRoot,
+        sidecar.securityContext.runAsUser,
+        sidecar.securityContext.readOnlyRootFilesystem,
+        sidecar.securityContext.allowPrivilegeEscalation,
+      ],
+      [true, 1000, true, false],
+    );
+    assert.deepEqual(sidecar.volumeMounts, [{ name: "metrics-tmp", mountPath: "/tmp" }]);
+    assert.deepEqual(pod.volumes.at(-1), { name: "metrics-tmp", emptyDir: { sizeLimit: "512Mi" } });
+    assert.deepEqual(deployment.spec.template.metadata.annotations, {
+      "prometheus.io/scrape": "true",
+      "prometheus.io/port": "9102",
+      "prometheus.io/path": "/metrics",
+    });
+    assert.deepEqual(byType<Service>(SERVICE).spec.ports, [
+      { name: "proxy", port: 3128, targetPort: "proxy", protocol: "TCP" },
+      { name: "metrics", port: 9102, targetPort: "metrics", protocol: "TCP" },
+    ]);
+  });
+
+  it("with metrics, a member change still changes the Secret only: the pod template carries nothing of the files", async () => {
+    const metricsFiles = (members: GatewayMember[]) =>
+      gatewayPodFiles(
+        {
+          port: 3128,
+          allowedClientCidrs: ["10.0.0.0/8"],
+          users: [{ name: "crawler", password: "correct horse battery" }],
+          members,
+        },
+        { metricsUdp: GATEWAY_POD_METRICS_UDP },
+      );
+    await declare({ metrics: {} }, metricsFiles([member("kvm1-0", "198.51.100.10")]));
+    const before = registered;
+    registered = [];
+    await declare(
+      { metrics: {} },
+      metricsFiles([member("kvm1-0", "198.51.100.10"), member("kvm2-0", "198.51.100.11")]),
+    );
+    const deploymentBefore = byType<Deployment>(DEPLOYMENT, before);
+    const deploymentAfter = byType<Deployment>(DEPLOYMENT);
+    assert.equal(JSON.stringify(deploymentAfter), JSON.stringify(deploymentBefore));
+    assert.ok(!JSON.stringify(deploymentAfter).includes("kvm1-0"));
+    assert.notEqual(
+      byType<Secret>(SECRET, before).stringData["squid.conf"],
+      byType<Secret>(SECRET).stringData["squid.conf"],
+    );
+    assert.match(
+      byType<Secret>(SECRET).stringData["squid.conf"]!,
+      /^access_log udp:\/\/127\.0\.0\.1:5140 egress_gateway$/m,
+    );
+  });
+
+  it("takes the sidecar's port, image and package; a LoadBalancer publishes no metrics port", async () => {
+    await declare({
+      serviceType: "LoadBalancer",
+      metrics: {
+        port: 9300,
+        image: "registry.example/node:22",
+        packageSpec: "egress-proxies@0.1.0",
+      },
+    });
+    const deployment = byType<Deployment>(DEPLOYMENT);
+    const sidecar = deployment.spec.template.spec.containers[1]!;
+    assert.equal(sidecar.image, "registry.example/node:22");
+    assert.deepEqual(sidecar.command.slice(2), [
+      "egress-proxies@0.1.0",
+      "gateway-metrics",
+      "--udp",
+      "127.0.0.1:5140",
+      "--listen",
+      "0.0.0.0:9300",
+    ]);
+    assert.equal(sidecar.ports[0]!.containerPort, 9300);
+    assert.equal(deployment.spec.template.metadata.annotations!["prometheus.io/port"], "9300");
+    // Per-user counts stay inside the cluster: Prometheus scrapes the pods by their annotations.
+    assert.deepEqual(
+      byType<Service>(SERVICE).spec.ports.map((port) => port.name),
+      ["proxy"],
+    );
+  });
+
+  it("the pool's gateway sends squid's log lines to the sidecar exactly when there is one", async () => {
+    const { declareGateway } = await import("../../../components/gateway");
+    const squidConf = async (kubernetes: gatewayModule.GatewayKubernetesArgs) => {
+      registered = [];
+      declareGateway(
+        "edge",
+        {
+          users: [{ name: "crawler", password: "correct horse battery" }],
+          kubernetes,
+        },
+        { proxies: pulumi.output([]), port: 3128 },
+        newParent(),
+        () => assert.fail("no VM for a gateway in Kubernetes"),
+      );
+      await settle();
+      return byType<Secret>(SECRET).stringData["squid.conf"]!;
+    };
+    const udpLine = /^access_log udp:\/\/127\.0\.0\.1:5140 egress_gateway$/m;
+    assert.doesNotMatch(await squidConf({ namespace: "crawlers" }), udpLine);
+    assert.match(await squidConf({ namespace: "crawlers", metrics: {} }), udpLine);
   });
 
   it("refuses files written for another directory than the pod's mount", async () => {
@@ -506,6 +670,31 @@ describe("gatewayKubernetesArgsProblems", () => {
     );
   });
 
+  it("metrics: an object; a port from 1024, an image and a package without spaces", () => {
+    assert.deepEqual(problemsOf({ ...fine, metrics: {} }), []);
+    assert.deepEqual(
+      problemsOf({ ...fine, metrics: { port: 1024, image: "node:22", packageSpec: "x@1" } }),
+      [],
+    );
+    expectOne(
+      { ...fine, metrics: "on" },
+      /^gateway\.kubernetes\.metrics must be an object, e\.g\. \{\} for the defaults/,
+    );
+    for (const port of [80, 70_000, 9102.5, "9102"])
+      expectOne(
+        { ...fine, metrics: { port } },
+        /^gateway\.kubernetes\.metrics\.port must be a whole number from 1024 to 65535 \(the sidecar runs unprivileged\), e\.g\. 9102$/,
+      );
+    expectOne(
+      { ...fine, metrics: { image: "node 22" } },
+      /^gateway\.kubernetes\.metrics\.image must be an image reference without spaces, e\.g\. "node:26-slim"$/,
+    );
+    expectOne(
+      { ...fine, metrics: { packageSpec: "" } },
+      /^gateway\.kubernetes\.metrics\.packageSpec must be what npx runs without spaces, e\.g\. "egress-proxies@/,
+    );
+  });
+
   it("every problem at once, under the field the caller names", () => {
     const problems = problemsOf(
       { namespace: "crawlers", name: "Bad", replicas: 0, image: "", serviceType: "x" } as never,
@@ -549,6 +738,16 @@ describe("publishGatewayToKubernetes refuses bad arguments before declaring anyt
           newParent(),
         ),
       /gateway\.kubernetes\.name defaults to "Edge_Pool-gateway", which is not a DNS label.*: set gateway\.kubernetes\.name$/,
+    );
+    assert.throws(
+      () =>
+        publishGatewayToKubernetes(
+          "edge",
+          { namespace: "crawlers", metrics: { port: 3128 } },
+          { files, port: 3128 },
+          newParent(),
+        ),
+      /gateway\.kubernetes\.metrics\.port 3128 is the gateway's proxy port: choose another, e\.g\. 9102$/,
     );
     await settle();
     assert.deepEqual(
