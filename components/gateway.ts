@@ -2,8 +2,9 @@
  * The pool's gateway: one endpoint in front of its members, on squid
  * (workloads/gateway/), kept current as members come, fail and go. This
  * module decides who is routed to and with which labels, and places the
- * gateway (today in Kubernetes: components/gateway-kubernetes.ts); the
- * configuration itself is written in workloads/.
+ * gateway: in Kubernetes (components/gateway-kubernetes.ts) or as a VM the
+ * pool makes on one of its backends (pool-publishing.ts); the configuration
+ * itself is written in workloads/gateway/.
  *
  * Only members the pool publishes as serving are routed to: a member whose
  * last create or refresh found it stopped, paused or silent is left out of
@@ -121,10 +122,10 @@ export function gatewayArgsProblems(
       problems.push(...gatewayLabelProblems(label, `gateway.backendLabels.${backend}[${index}]`)),
     );
   }
-  for (const backend of backendNames)
-    problems.push(
-      ...gatewayLabelProblems(backend, `backends name "${backend}" (a gateway pin label)`),
-    );
+  // Every backend's name is a label a client may pin to.
+  backendNames.forEach((backend, index) =>
+    problems.push(...gatewayLabelProblems(backend, `backends[${index}].name`)),
+  );
   if ((gateway.kubernetes === undefined) === (gateway.vm === undefined))
     problems.push(
       "gateway needs exactly one place to run: gateway.kubernetes: { namespace } (a Deployment of squid) or gateway.vm: { backend } (a VM on one of the pool's KVM or Proxmox backends)",

@@ -183,7 +183,7 @@ describe("gateway on real squid, in front of four members (network namespace)", 
     // Back: the same member answers again and is routed to within seconds.
     lab.startMember(2);
     await lab.waitForListeners(["127.0.1.2:3128"]);
-    const deadline = Date.now() + 20_000;
+    const deadline = Date.now() + 60_000;
     let back = false;
     while (!back && Date.now() < deadline) {
       const again = await lab.probe(calls(40, GATEWAY_USER.name));
@@ -264,7 +264,7 @@ describe("gateway on real squid, in front of four members (network namespace)", 
       `cache_peer 127.0.1.9 parent notaport 0 login=${MEMBER_LOGIN.user}:secret%20value\n`,
       { flag: "a" },
     );
-    const deadline = Date.now() + 20_000;
+    const deadline = Date.now() + 60_000;
     while (!/does not parse/.test(lab.gatewayLog) && Date.now() < deadline)
       await new Promise((wake) => setTimeout(wake, 200));
     assert.match(lab.gatewayLog, /does not parse; squid keeps the one it runs/);

@@ -59,10 +59,13 @@ export class GatewayNetns {
     this.close();
     process.exit(130);
   };
+  /** Whoever ends the process (another suite's signal handler, mocha's --exit), this goes with it. */
+  private readonly onExit = () => this.close();
 
   constructor() {
     process.once("SIGINT", this.onSignal);
     process.once("SIGTERM", this.onSignal);
+    process.once("exit", this.onExit);
     chmodSync(this.dir, 0o755);
     execFileSync("ip", ["netns", "add", this.namespace]);
     execFileSync("ip", ["-n", this.namespace, "link", "set", "lo", "up"]);
@@ -234,7 +237,7 @@ export class GatewayNetns {
   }
 
   /** Waits until something listens on each host:port in the namespace. */
-  async waitForListeners(endpoints: string[], timeoutMs = 30_000): Promise<void> {
+  async waitForListeners(endpoints: string[], timeoutMs = 60_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const listening = execFileSync("ip", ["netns", "exec", this.namespace, "ss", "-Hltn"], {
@@ -258,7 +261,7 @@ export class GatewayNetns {
    * request squid is routing at the moment of a reload fails (502): what a
    * reload costs is measured apart (the bench), not mixed into routing.
    */
-  async waitForReloads(count: number, timeoutMs = 20_000): Promise<void> {
+  async waitForReloads(count: number, timeoutMs = 60_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     const occurrences = (text: string, pattern: RegExp) => (text.match(pattern) ?? []).length;
     while (
@@ -324,6 +327,7 @@ export class GatewayNetns {
   close(): void {
     process.removeListener("SIGINT", this.onSignal);
     process.removeListener("SIGTERM", this.onSignal);
+    process.removeListener("exit", this.onExit);
     let pids: string[] = [];
     try {
       pids = execFileSync("ip", ["netns", "pids", this.namespace], { encoding: "utf8" })
