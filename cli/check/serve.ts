@@ -7,32 +7,30 @@
  *                  exporter's own: checks run, the last check's duration
  *   GET /healthz   200 while checks keep finishing on schedule, else 503
  *
- * Memory is bounded by design: only the last report is kept, the server
- * takes a fixed number of connections with short header and request
+ * Memory is bounded by design: only the last report is kept, the endpoint
+ * (cli/metrics-endpoint.ts) takes a fixed number of connections with short
  * deadlines, and nothing grows with uptime. SIGTERM or SIGINT stops the loop,
  * closes the listener and every open connection, and ends with status 0.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import {
+  parseListenAddress as parseHostPort,
+  startMetricsEndpoint,
+  type ListenAddress,
+  type Reply,
+} from "../metrics-endpoint";
 import { renderPrometheus, summarize, summaryLine, type CheckReport } from "./report";
 
-/** The listening address, as the user wrote it: `host:port`, `[v6]:port`, or `:port` for every interface. */
-export interface ListenAddress {
-  host?: string;
-  port: number;
-}
+export type { ListenAddress } from "../metrics-endpoint";
 
 export class ServeAddressError extends Error {}
 
 export function parseListenAddress(text: string): ListenAddress {
-  const match = /^(?:\[([0-9a-fA-F:.]+)\]|([^\s:/@[\]]*)):(\d{1,5})$/.exec(text);
-  const port = match ? Number(match[3]) : NaN;
-  if (!match || port > 65535)
+  const address = parseHostPort(text);
+  if (address === undefined)
     throw new ServeAddressError(
       `--serve must be host:port (127.0.0.1:9464, [::1]:9464, or :9464 for every interface), not ${JSON.stringify(text)}`,
     );
-  const host = match[1] ?? match[2];
-  return host === undefined || host === "" ? { port } : { host, port };
+  return address;
 }
 
 export interface ExporterOptions {
@@ -53,8 +51,6 @@ export interface ExporterOptions {
 
 /** /healthz turns 503 when no check has finished for this many intervals (the loop is stuck). */
 const STALE_INTERVALS = 3;
-/** Scrapers are few; this keeps a flood of connections from growing memory. */
-const MAX_CONNECTIONS = 64;
 
 /**
  * The exporter's state: the last report, counters, and when the next check
@@ -128,12 +124,7 @@ function family(name: string, type: "counter" | "gauge", help: string, value: nu
 }
 
 /** The answer to one request; no state changes. */
-export function answer(
-  state: ExporterState,
-  method: string,
-  path: string,
-  nowMs: number,
-): { status: number; contentType: string; body: string } {
+export function answer(state: ExporterState, method: string, path: string, nowMs: number): Reply {
   const text = "text/plain; charset=utf-8";
   if (method !== "GET" && method !== "HEAD")
     return { status: 405, contentType: text, body: "only GET and HEAD\n" };
@@ -172,23 +163,16 @@ export function answer(
  */
 export async function runExporter(options: ExporterOptions, stop: AbortSignal): Promise<void> {
   const state = new ExporterState(options.intervalMs, Date.now(), options.notReady);
-  const server = createServer(
-    { requestTimeout: 10_000, headersTimeout: 5_000, keepAliveTimeout: 5_000 },
-    (request: IncomingMessage, response: ServerResponse) => {
-      const path = (request.url ?? "/").split("?")[0]!;
-      const reply = answer(state, request.method ?? "GET", path, Date.now());
-      response.writeHead(reply.status, {
-        "content-type": reply.contentType,
-        "content-length": Buffer.byteLength(reply.body),
-      });
-      response.end(request.method === "HEAD" ? undefined : reply.body);
-    },
+  const address = options.listen;
+  const endpoint = await startMetricsEndpoint(
+    address,
+    (method, path) => answer(state, method, path, Date.now()),
+    (error) =>
+      new ServeAddressError(
+        `--serve ${address.host ?? ""}:${address.port}: cannot listen (${error.code ?? error.message})`,
+      ),
   );
-  server.maxConnections = MAX_CONNECTIONS;
-  await listen(server, options.listen);
-  const bound = server.address() as AddressInfo;
-  const shown = bound.family === "IPv6" ? `[${bound.address}]` : bound.address;
-  options.log(`serving /metrics and /healthz on http://${shown}:${bound.port}`);
+  options.log(`serving /metrics and /healthz on ${endpoint.url}`);
 
   try {
     while (!stop.aborted) {
@@ -210,33 +194,9 @@ export async function runExporter(options: ExporterOptions, stop: AbortSignal): 
       await sleep(Math.max(0, options.intervalMs - (Date.now() - started)), stop);
     }
   } finally {
-    await close(server);
+    await endpoint.close();
     options.log("stopped");
   }
-}
-
-function listen(server: Server, address: ListenAddress): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const failed = (error: NodeJS.ErrnoException) =>
-      reject(
-        new ServeAddressError(
-          `--serve ${address.host ?? ""}:${address.port}: cannot listen (${error.code ?? error.message})`,
-        ),
-      );
-    server.once("error", failed);
-    server.listen({ port: address.port, host: address.host }, () => {
-      server.off("error", failed);
-      resolve();
-    });
-  });
-}
-
-function close(server: Server): Promise<void> {
-  return new Promise((resolve) => {
-    server.close(() => resolve());
-    // A scraper's keep-alive connection must not hold the exit.
-    server.closeAllConnections();
-  });
 }
 
 function sleep(ms: number, stop: AbortSignal): Promise<void> {

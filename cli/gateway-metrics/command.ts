@@ -17,7 +17,8 @@ import {
   type RunningIntake,
   type UdpAddress,
 } from "./intake";
-import { startServer, type ListenAddress, type RunningServer } from "./server";
+import { parseListenAddress as parseHostPort, type ListenAddress } from "../metrics-endpoint";
+import { startServer, type RunningServer } from "./server";
 
 export const GATEWAY_METRICS_USAGE = `usage: egress-proxies gateway-metrics --udp <ip:port> --listen <host:port>
   Counts the requests of the pool's gateway from squid's access log and serves them for Prometheus.
@@ -39,14 +40,12 @@ export interface GatewayMetricsIo {
   stopSignal(): AbortSignal;
 }
 
-const HOST_PORT = /^(?:\[([0-9a-fA-F:.]+)\]|([^\s:/@[\]]*)):(\d{1,5})$/;
-
 /** `--udp`: squid sends to an address, so an IP literal and a port, both given. */
 export function parseUdpAddress(text: string): UdpAddress {
-  const match = HOST_PORT.exec(text);
-  const host = match?.[1] ?? match?.[2] ?? "";
-  const port = Number(match?.[3]);
-  if (match === null || isIP(host) === 0 || !(port >= 1 && port <= 65535))
+  const address = parseHostPort(text);
+  const host = address?.host ?? "";
+  const port = address?.port ?? 0;
+  if (isIP(host) === 0 || !(port >= 1 && port <= 65535))
     throw new GatewayMetricsUsageError(
       `--udp must be an IP address of this host and a port, the one squid's access_log udp:// sends to (127.0.0.1:5140, [::1]:5140), not ${JSON.stringify(text)}`,
     );
@@ -55,14 +54,12 @@ export function parseUdpAddress(text: string): UdpAddress {
 
 /** `--listen`: as `check --serve` takes it; port 0 asks the system for a free one. */
 export function parseListenAddress(text: string): ListenAddress {
-  const match = HOST_PORT.exec(text);
-  const port = Number(match?.[3]);
-  if (match === null || port > 65535)
+  const address = parseHostPort(text);
+  if (address === undefined)
     throw new GatewayMetricsUsageError(
       `--listen must be host:port (0.0.0.0:9102, [::1]:9102, or :9102 for every interface), not ${JSON.stringify(text)}`,
     );
-  const host = match[1] ?? match[2];
-  return host === undefined || host === "" ? { port } : { host, port };
+  return address;
 }
 
 function parseCommandArgs(argv: string[]): { udp: UdpAddress; listen: ListenAddress } | "help" {

@@ -4,28 +4,19 @@
  *   GET /metrics   the gateway's counters (render.ts)
  *   GET /healthz   200 while the UDP intake is open, else 503
  *
- * Scrapers are few: the server takes a bounded number of connections, each
- * with short header, request and keep-alive deadlines, so a stuck or flooding
- * client cannot hold memory or the process's exit.
+ * on the endpoint both exporters share (cli/metrics-endpoint.ts).
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import {
+  startMetricsEndpoint,
+  type ListenAddress,
+  type MetricsEndpoint,
+  type Reply,
+} from "../metrics-endpoint";
 import { bindProblem, GatewayMetricsUsageError, type GatewayCounters } from "./intake";
 import { renderGatewayMetrics } from "./render";
 
-/** `host:port`, `[v6]:port`, or `:port` for every interface. */
-export interface ListenAddress {
-  host?: string;
-  port: number;
-}
-
-const MAX_CONNECTIONS = 64;
-
-export interface Reply {
-  status: number;
-  contentType: string;
-  body: string;
-}
+export type { ListenAddress, Reply } from "../metrics-endpoint";
+export type RunningServer = MetricsEndpoint;
 
 /** The answer to one request; nothing changes. */
 export function answer(
@@ -56,48 +47,15 @@ export function answer(
   return { status: 404, contentType: text, body: "not found: /metrics or /healthz\n" };
 }
 
-export interface RunningServer {
-  /** `http://host:port` as bound (the real port for port 0). */
-  url: string;
-  close(): Promise<void>;
-}
-
 export function startServer(
   listen: ListenAddress,
   counters: GatewayCounters,
   intakeOpen: () => boolean,
 ): Promise<RunningServer> {
-  const server = createServer(
-    { requestTimeout: 10_000, headersTimeout: 5_000, keepAliveTimeout: 5_000 },
-    (request: IncomingMessage, response: ServerResponse) => {
-      const path = (request.url ?? "/").split("?")[0]!;
-      const reply = answer(counters, intakeOpen(), request.method ?? "GET", path);
-      response.writeHead(reply.status, {
-        "content-type": reply.contentType,
-        "content-length": Buffer.byteLength(reply.body),
-      });
-      response.end(request.method === "HEAD" ? undefined : reply.body);
-    },
-  );
-  server.maxConnections = MAX_CONNECTIONS;
   const shown = `${listen.host?.includes(":") ? `[${listen.host}]` : (listen.host ?? "")}:${listen.port}`;
-  return new Promise((resolve, reject) => {
-    const failed = (error: NodeJS.ErrnoException) =>
-      reject(new GatewayMetricsUsageError(bindProblem("--listen", shown, error)));
-    server.once("error", failed);
-    server.listen({ port: listen.port, host: listen.host }, () => {
-      server.off("error", failed);
-      const bound = server.address() as AddressInfo;
-      const host = bound.family === "IPv6" ? `[${bound.address}]` : bound.address;
-      resolve({ url: `http://${host}:${bound.port}`, close: () => close(server) });
-    });
-  });
-}
-
-function close(server: Server): Promise<void> {
-  return new Promise((resolve) => {
-    server.close(() => resolve());
-    // A scraper's keep-alive connection must not hold the exit.
-    server.closeAllConnections();
-  });
+  return startMetricsEndpoint(
+    listen,
+    (method, path) => answer(counters, intakeOpen(), method, path),
+    (error) => new GatewayMetricsUsageError(bindProblem("--listen", shown, error)),
+  );
 }
