@@ -27,6 +27,36 @@ export interface MetricsEndpoint {
   close(): Promise<void>;
 }
 
+/** What an exporter serves: its metrics, its health, and its name for `GET /`. */
+export interface Exporter {
+  title: string;
+  metrics(): string;
+  /** Why it is not healthy now (the 503's body); undefined when it is. */
+  unhealthy(): string | undefined;
+}
+
+/** The answer to one request: GET or HEAD of /metrics, /healthz or /; nothing changes. */
+export function exporterReply(exporter: Exporter, method: string, path: string): Reply {
+  const text = "text/plain; charset=utf-8";
+  if (method !== "GET" && method !== "HEAD")
+    return { status: 405, contentType: text, body: "only GET and HEAD\n" };
+  if (path === "/metrics")
+    return {
+      status: 200,
+      contentType: "text/plain; version=0.0.4; charset=utf-8",
+      body: exporter.metrics(),
+    };
+  if (path === "/healthz") {
+    const why = exporter.unhealthy();
+    return why === undefined
+      ? { status: 200, contentType: text, body: "ok\n" }
+      : { status: 503, contentType: text, body: `${why}\n` };
+  }
+  if (path === "/")
+    return { status: 200, contentType: text, body: `${exporter.title}: /metrics, /healthz\n` };
+  return { status: 404, contentType: text, body: "not found: /metrics or /healthz\n" };
+}
+
 const HOST_PORT = /^(?:\[([0-9a-fA-F:.]+)\]|([^\s:/@[\]]*)):(\d{1,5})$/;
 const MAX_CONNECTIONS = 64;
 

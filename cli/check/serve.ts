@@ -13,6 +13,7 @@
  * closes the listener and every open connection, and ends with status 0.
  */
 import {
+  exporterReply,
   parseListenAddress as parseHostPort,
   startMetricsEndpoint,
   type ListenAddress,
@@ -125,35 +126,18 @@ function family(name: string, type: "counter" | "gauge", help: string, value: nu
 
 /** The answer to one request; no state changes. */
 export function answer(state: ExporterState, method: string, path: string, nowMs: number): Reply {
-  const text = "text/plain; charset=utf-8";
-  if (method !== "GET" && method !== "HEAD")
-    return { status: 405, contentType: text, body: "only GET and HEAD\n" };
-  if (path === "/metrics")
-    return {
-      status: 200,
-      contentType: "text/plain; version=0.0.4; charset=utf-8",
-      body: state.metrics(),
-    };
-  if (path === "/healthz") {
-    const ok = state.healthy(nowMs);
-    const waiting = state.notReady();
-    return {
-      status: ok && waiting === undefined ? 200 : 503,
-      contentType: text,
-      body: !ok
-        ? `no check finished in the last ${STALE_INTERVALS} intervals\n`
-        : waiting === undefined
-          ? "ok\n"
-          : `${waiting}\n`,
-    };
-  }
-  if (path === "/")
-    return {
-      status: 200,
-      contentType: text,
-      body: "egress-proxies check exporter: /metrics, /healthz\n",
-    };
-  return { status: 404, contentType: text, body: "not found: /metrics or /healthz\n" };
+  return exporterReply(
+    {
+      title: "egress-proxies check exporter",
+      metrics: () => state.metrics(),
+      unhealthy: () =>
+        state.healthy(nowMs)
+          ? state.notReady()
+          : `no check finished in the last ${STALE_INTERVALS} intervals`,
+    },
+    method,
+    path,
+  );
 }
 
 /**

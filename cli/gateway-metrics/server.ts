@@ -7,6 +7,7 @@
  * on the endpoint both exporters share (cli/metrics-endpoint.ts).
  */
 import {
+  exporterReply,
   startMetricsEndpoint,
   type ListenAddress,
   type MetricsEndpoint,
@@ -25,26 +26,15 @@ export function answer(
   method: string,
   path: string,
 ): Reply {
-  const text = "text/plain; charset=utf-8";
-  if (method !== "GET" && method !== "HEAD")
-    return { status: 405, contentType: text, body: "only GET and HEAD\n" };
-  if (path === "/metrics")
-    return {
-      status: 200,
-      contentType: "text/plain; version=0.0.4; charset=utf-8",
-      body: renderGatewayMetrics(counters),
-    };
-  if (path === "/healthz")
-    return intakeOpen
-      ? { status: 200, contentType: text, body: "ok\n" }
-      : { status: 503, contentType: text, body: "the UDP intake is closed\n" };
-  if (path === "/")
-    return {
-      status: 200,
-      contentType: text,
-      body: "egress-proxies gateway metrics: /metrics, /healthz\n",
-    };
-  return { status: 404, contentType: text, body: "not found: /metrics or /healthz\n" };
+  return exporterReply(
+    {
+      title: "egress-proxies gateway metrics",
+      metrics: () => renderGatewayMetrics(counters),
+      unhealthy: () => (intakeOpen ? undefined : "the UDP intake is closed"),
+    },
+    method,
+    path,
+  );
 }
 
 export function startServer(
