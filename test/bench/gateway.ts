@@ -28,7 +28,9 @@ import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { gatewayUserName } from "../../workloads/gateway/user-names";
 import {
+  alternatingModes,
   calls,
+  failuresOf,
   GATEWAY_USER,
   GatewayNetns,
   MEMBER_LOGIN,
@@ -52,12 +54,8 @@ const REQUESTS_PER_SESSION = 20;
 const labelsOf = (index: number): string[] => (index <= 2 ? ["kvm-a"] : ["kvm-b"]);
 const membersOf = (indices: number[]) =>
   indices.map((index) => GatewayNetns.member(index, labelsOf(index)));
-const mixed = (list: ProbeCall[]): ProbeCall[] =>
-  list.map((call, index) => ({ ...call, mode: index % 2 === 0 ? "http" : "connect" }));
 const directCalls = (count: number): ProbeCall[] =>
   Array.from({ length: count }, () => ({ ...MEMBER_LOGIN, mode: "http" }));
-const failuresOf = (outcomes: readonly ProbeOutcome[]) =>
-  outcomes.filter((outcome) => outcome.status !== 200);
 const percentOf = (part: number, whole: number) => (100 * part) / whole;
 const sleep = (ms: number) => new Promise((wake) => setTimeout(wake, ms));
 
@@ -150,9 +148,9 @@ function gatewayTicksSince(before: ProcStat, pid: number): number {
 async function measureThroughput(lab: GatewayNetns): Promise<void> {
   const options = { concurrency: THROUGHPUT_CLIENTS };
   const throughGateway = (count: number) =>
-    lab.probe(mixed(calls(count, GATEWAY_USER.name)), options);
+    lab.probe(alternatingModes(calls(count, GATEWAY_USER.name)), options);
   const direct = (count: number) =>
-    lab.probe(mixed(directCalls(count)), { ...options, proxy: DIRECT });
+    lab.probe(alternatingModes(directCalls(count)), { ...options, proxy: DIRECT });
   allServed([...(await throughGateway(500)), ...(await direct(500))], "throughput warm-up");
   const pid = lab.gatewayPid();
   const rates = { gateway: { served: 0, seconds: 0, ticks: 0 }, direct: { served: 0, seconds: 0 } };

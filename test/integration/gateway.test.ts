@@ -23,8 +23,10 @@ import { join } from "node:path";
 import { gatewayPodFiles } from "../../workloads/gateway/pod";
 import { gatewayUserName } from "../../workloads/gateway/user-names";
 import {
+  alternatingModes,
   calls,
   exitOf,
+  failuresOf,
   GATEWAY_USER,
   GatewayNetns,
   MEMBER_LOGIN,
@@ -37,17 +39,11 @@ const MEMBERS = [1, 2, 3, 4];
 const labelsOf = (index: number): string[] => (index <= 2 ? ["kvm-a"] : ["kvm-b", "country-de"]);
 const membersOf = (indices: number[]) =>
   indices.map((index) => GatewayNetns.member(index, labelsOf(index)));
-const mixed = (list: ProbeCall[]): ProbeCall[] =>
-  list.map((call, index) => ({ ...call, mode: index % 2 === 0 ? "http" : "connect" }));
 
 function countBy(outcomes: readonly ProbeOutcome[]): Map<string, number> {
   const counts = new Map<string, number>();
   for (const outcome of outcomes) counts.set(outcome.exit, (counts.get(outcome.exit) ?? 0) + 1);
   return counts;
-}
-
-function failuresOf(outcomes: readonly ProbeOutcome[]): ProbeOutcome[] {
-  return outcomes.filter((outcome) => outcome.status !== 200);
 }
 
 /** 200 sessions of `perSession` requests each, interleaved, both modes. */
@@ -98,7 +94,7 @@ describe("gateway on real squid, in front of four members (network namespace)", 
   after(() => lab?.close());
 
   it("rotates per request: 1000 requests (HTTP and CONNECT), every member within 1.2x of its share", async () => {
-    const outcomes = await lab.probe(mixed(calls(1000, GATEWAY_USER.name)));
+    const outcomes = await lab.probe(alternatingModes(calls(1000, GATEWAY_USER.name)));
     assert.deepEqual(failuresOf(outcomes), []);
     const counts = countBy(outcomes);
     console.log(`      per member: ${JSON.stringify(Object.fromEntries(counts))}`);
@@ -217,7 +213,7 @@ describe("gateway on real squid, in front of four members (network namespace)", 
 
   it("honours pins: -host-<backend> and a declared label, alone and with a session, 100 %", async () => {
     const pinned = await lab.probe(
-      mixed(calls(200, gatewayUserName(GATEWAY_USER.name, { host: "kvm-b" }))),
+      alternatingModes(calls(200, gatewayUserName(GATEWAY_USER.name, { host: "kvm-b" }))),
     );
     assert.deepEqual(failuresOf(pinned), []);
     assert.deepEqual(
@@ -226,11 +222,13 @@ describe("gateway on real squid, in front of four members (network namespace)", 
       "both kvm-b members, only they",
     );
     const labelled = await lab.probe(
-      mixed(calls(100, gatewayUserName(GATEWAY_USER.name, { host: "kvm-a" }))),
+      alternatingModes(calls(100, gatewayUserName(GATEWAY_USER.name, { host: "kvm-a" }))),
     );
     assert.deepEqual([...countBy(labelled).keys()].sort(), [exitOf(1), exitOf(2)]);
     const both = await lab.probe(
-      mixed(calls(100, gatewayUserName(GATEWAY_USER.name, { host: "country-de", session: "p1" }))),
+      alternatingModes(
+        calls(100, gatewayUserName(GATEWAY_USER.name, { host: "country-de", session: "p1" })),
+      ),
     );
     const exits = [...countBy(both).keys()];
     assert.equal(exits.length, 1, "a pinned session keeps one exit");
@@ -248,7 +246,7 @@ describe("gateway on real squid, in front of four members (network namespace)", 
   });
 
   it("takes IPv6 clients on the same port", async () => {
-    const outcomes = await lab.probe(mixed(calls(40, GATEWAY_USER.name)), {
+    const outcomes = await lab.probe(alternatingModes(calls(40, GATEWAY_USER.name)), {
       proxy: { host: "::1", port: 3130 },
     });
     assert.deepEqual(failuresOf(outcomes), []);

@@ -359,6 +359,14 @@ export class GatewayNetns {
   }
 }
 
+/** The same calls, plain HTTP and CONNECT taking turns. */
+export const alternatingModes = (list: ProbeCall[]): ProbeCall[] =>
+  list.map((call, index) => ({ ...call, mode: index % 2 === 0 ? "http" : "connect" }));
+
+/** The requests that got no 200. */
+export const failuresOf = (outcomes: readonly ProbeOutcome[]): ProbeOutcome[] =>
+  outcomes.filter((outcome) => outcome.status !== 200);
+
 /** `count` calls of one user and mode. */
 export const calls = (count: number, user: string, mode: ProbeCall["mode"] = "http"): ProbeCall[] =>
   Array.from({ length: count }, () => ({ user, password: GATEWAY_USER.password, mode }));
