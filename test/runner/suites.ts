@@ -115,6 +115,7 @@ const QUICK_SECONDS: Record<string, number> = {
   "engine/examples.test.js": 1.5,
   "engine/frozen-api.test.js": 3.5,
   "engine/guest-files.test.js": 8, // three members upgraded in place, one replaced
+  "engine/gateway-vm.test.js": 5, // the gateway VM created, updated in place, a refusal
   "engine/collision-rotation.test.js": 9, // two creates a second apart, a delete-first replacement
   "engine/kubernetes-optional.test.js": 4.3,
   "engine/operator-stack.test.js": 3.5,
