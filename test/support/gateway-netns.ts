@@ -23,7 +23,6 @@ import {
   rmSync,
   writeFileSync,
 } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { squidConfig } from "../../workloads/squid-cloud-init";
 import { htpasswdLine } from "../../workloads/password-hash";
@@ -45,7 +44,13 @@ let instances = 0;
 
 export class GatewayNetns {
   readonly namespace = `egress-gw-${process.pid}`;
-  readonly dir = mkdtempSync(join(tmpdir(), "gateway-netns-"));
+  /**
+   * Directly under /tmp, not under $TMPDIR: squid drops to its own user
+   * ("proxy"), which must reach its configuration, logs and pid file, and the
+   * test command's $TMPDIR is a directory of mode 0700. The name starts with
+   * egress- (what the machine-state check holds the run to removing).
+   */
+  readonly dir = mkdtempSync("/tmp/egress-gateway-");
   /**
    * squid names its shared memory in /dev/shm after its service name (`-n`):
    * one of ours per squid, so that no two share segments (nor with a squid of
