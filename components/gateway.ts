@@ -24,7 +24,7 @@ import {
   type GatewayMember,
   type GatewaySettings,
 } from "../workloads/gateway/squid-gateway";
-import { gatewayLabelProblems, gatewayUserNameProblems } from "../workloads/gateway/user-names";
+import { gatewayLabelProblems, gatewayUserListProblems } from "../workloads/gateway/user-names";
 import {
   gatewayKubernetesArgsProblems,
   publishGatewayToKubernetes,
@@ -105,14 +105,12 @@ export function gatewayArgsProblems(
     problems.push(
       'gateway.users must name at least one user, e.g. [{ name: "crawler", password }]',
     );
-  (gateway.users ?? []).forEach((user, index) =>
-    problems.push(...gatewayUserNameProblems(user?.name, `gateway.users[${index}].name`)),
+  problems.push(
+    ...gatewayUserListProblems(
+      (gateway.users ?? []).map((user) => user?.name),
+      "gateway.users",
+    ),
   );
-  const names = (gateway.users ?? []).map((user) => user?.name);
-  names.forEach((name, index) => {
-    if (names.indexOf(name) !== index)
-      problems.push(`gateway.users[${index}].name "${name}" is given twice; list each user once`);
-  });
   for (const [backend, labels] of Object.entries(gateway.backendLabels ?? {})) {
     if (!backendNames.includes(backend))
       problems.push(

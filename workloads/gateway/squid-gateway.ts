@@ -30,7 +30,7 @@ import {
   HOST_WORD,
   SESSION_WORD,
   gatewayLabelProblems,
-  gatewayUserNameProblems,
+  gatewayUserListProblems,
 } from "./user-names";
 
 export const DEFAULT_GATEWAY_PORT = 3128;
@@ -105,12 +105,13 @@ export function gatewaySettingsProblems(settings: GatewaySettings, field = "gate
     problems.push(
       `${field}.users must name at least one user, e.g. [{ name: "crawler", password }]`,
     );
-  const seenUsers = new Set<string>();
+  problems.push(
+    ...gatewayUserListProblems(
+      settings.users.map((user) => user.name),
+      `${field}.users`,
+    ),
+  );
   settings.users.forEach((user, index) => {
-    problems.push(...gatewayUserNameProblems(user.name, `${field}.users[${index}].name`));
-    if (seenUsers.has(user.name))
-      problems.push(`${field}.users[${index}].name "${user.name}" is given twice; each user once`);
-    seenUsers.add(user.name);
     // Never quoted back: a secret.
     if (typeof user.password !== "string" || user.password.length < 12)
       problems.push(`${field}.users[${index}].password must be at least 12 characters`);

@@ -90,6 +90,16 @@ export function gatewayUserNameProblems(name: unknown, field: string): string[] 
   return [];
 }
 
+/** Problems with a gateway's users' names: each one the conventions can read back, none given twice. */
+export function gatewayUserListProblems(names: readonly unknown[], field: string): string[] {
+  return names.flatMap((name, index) => [
+    ...gatewayUserNameProblems(name, `${field}[${index}].name`),
+    ...(names.indexOf(name) === index
+      ? []
+      : [`${field}[${index}].name ${JSON.stringify(name)} is given twice; list each user once`]),
+  ]);
+}
+
 /** Problems with a label members carry (a backend's name or a label it declares); empty when fine. */
 export function gatewayLabelProblems(label: unknown, field: string): string[] {
   if (typeof label !== "string" || !LABEL.test(label) || label.length > MAX_LABEL)

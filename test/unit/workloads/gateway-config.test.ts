@@ -11,6 +11,7 @@ import type { ProxyDetails } from "../../../components/proxy-details";
 import { gatewaySquidConfig, type GatewaySettings } from "../../../workloads/gateway/squid-gateway";
 import {
   gatewayLabelProblems,
+  gatewayUserListProblems,
   gatewayUserName,
   gatewayUserNameProblems,
   isGatewaySessionId,
@@ -76,6 +77,9 @@ describe("gateway user names", () => {
       gatewayLabelProblems("eu-session-1", "x")[0]!,
       /contains the word "session" or "host"/,
     );
+    assert.deepEqual(gatewayUserListProblems(["crawler", "team-b", "crawler"], "gateway.users"), [
+      'gateway.users[2].name "crawler" is given twice; list each user once',
+    ]);
     assert.equal(isGatewaySessionId("abc.1-2"), true);
     assert.equal(isGatewaySessionId("a-host-b"), false);
   });
