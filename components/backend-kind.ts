@@ -23,7 +23,7 @@ export interface PoolDecisions<PoolSettings = unknown> {
   userData: pulumi.Output<string>;
   /** What of it a running VM member gets in place when it changes (secret; common/guest-files.ts). */
   guestFiles: pulumi.Output<GuestFilesValue>;
-  readiness: { mode: "port" | "address" | "none"; port: number };
+  readiness: { mode: "port" | "address" | "none"; port: number; authRequired?: boolean };
   egressCheck: EgressCheckArgs | undefined;
   /** The squid port every VM proxy listens on. */
   port: number;

@@ -108,7 +108,8 @@ function gatewayVmMaker(poolName: string, pool: PoolToPublish): DeclareGatewayVm
         ...pool.decisions,
         userData: software.apply((known) => known.userData),
         guestFiles: software.apply((known) => known.guestFiles),
-        readiness: { mode: "port", port },
+        // Ready once its own configuration serves: the package's squid listens on the port first.
+        readiness: { mode: "port", port, authRequired: true },
         port,
         egressCheck: undefined,
         basicAuth: undefined,

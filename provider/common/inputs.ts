@@ -40,6 +40,14 @@ export const readinessSchema = z.strictObject({
     })
     .default("port"),
   port: wholeNumber("readiness.port", 1, 65535, 3128).default(3128),
+  /**
+   * With "port": also wait until a request without credentials is answered
+   * 407, i.e. the proxy's own configuration serves, not a package's default
+   * that listens on the same port first (common/readiness.ts).
+   */
+  authRequired: z
+    .boolean({ error: "readiness.authRequired must be true or false" })
+    .optional(),
 });
 
 export const timeoutsSchema = z.strictObject({

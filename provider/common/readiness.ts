@@ -1,5 +1,6 @@
 import { connect } from "node:net";
 import { Deadline, sleepWithin } from "./deadline";
+import { fetchThroughProxy } from "./proxy-probe";
 
 /**
  * Readiness: the proxy is ready when its port accepts a TCP connection. Each
@@ -25,6 +26,42 @@ export async function waitForTcpPort(
     }
   }
   throw deadline.timeoutError(`port ${port} on ${host} accepting connections`, lastError);
+}
+
+/**
+ * Readiness of a proxy whose configuration demands credentials: its port
+ * accepting connections is not enough when a package starts the proxy with
+ * its own default configuration before cloud-init writes ours (Debian's
+ * squid listens on 3128 from the first boot and answers 403), so the proxy
+ * is ready when a request without credentials is answered 407. The target is
+ * never reached: authentication comes first (`.invalid` never resolves).
+ */
+export async function waitForProxyAuthRequired(
+  host: string,
+  port: number,
+  deadline: Deadline,
+  options: { attemptTimeoutMs?: number; pauseMs?: number } = {},
+): Promise<void> {
+  const attemptTimeoutMs = options.attemptTimeoutMs ?? 5000;
+  const pauseMs = options.pauseMs ?? 1000;
+  let last = "no answer yet";
+  while (!deadline.expired()) {
+    try {
+      const { status, squidError } = await fetchThroughProxy(
+        { host, port },
+        "http://readiness.invalid/",
+        deadline.capped(attemptTimeoutMs),
+      );
+      if (status === 407) return;
+      last = `HTTP ${status}${squidError === undefined ? "" : ` (${squidError})`}`;
+    } catch (error) {
+      last = (error as Error).message;
+    }
+    await sleepWithin(pauseMs, deadline);
+  }
+  throw deadline.timeoutError(
+    `the proxy at ${host}:${port} asking for credentials (407: its own configuration serving; last: ${last})`,
+  );
 }
 
 export function tryTcpConnect(host: string, port: number, timeoutMs: number): Promise<void> {

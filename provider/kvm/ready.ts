@@ -9,7 +9,7 @@ import { isPermanent } from "../common/errors";
 import { deadlineFor, earlier } from "../common/lifecycle";
 import { familiesOf } from "../common/ip-families";
 import { fetchThroughProxy } from "../common/proxy-probe";
-import { waitForTcpPort } from "../common/readiness";
+import { waitForProxyAuthRequired, waitForTcpPort } from "../common/readiness";
 import type { DomainHandle } from "../libvirt-rpc-xdr";
 import { lookUpAddress } from "./addresses";
 import type { LibvirtHost } from "./host";
@@ -57,6 +57,9 @@ export async function waitForReadiness(
     await waitForTcpPort(ip, inputs.readiness.port, deadline);
     if (ipv6 !== undefined && ipv6 !== ip)
       await waitForTcpPort(ipv6, inputs.readiness.port, deadline);
+    if (inputs.readiness.authRequired === true)
+      for (const address of new Set([ip, ...(ipv6 === undefined ? [] : [ipv6])]))
+        await waitForProxyAuthRequired(address, inputs.readiness.port, deadline);
     if (inputs.readiness.probeUrl !== undefined)
       await waitForProxyProbe(ip, inputs.readiness.port, inputs.readiness.probeUrl, deadline);
   }

@@ -149,6 +149,8 @@ export interface KvmProxyArgs extends IpFamilyArgs {
   readiness?: pulumi.Input<{
     mode?: pulumi.Input<"port" | "address" | "none">;
     port?: pulumi.Input<number>;
+    /** With "port": also wait for a request without credentials to be answered 407 (the proxy's own configuration, not a package default). */
+    authRequired?: pulumi.Input<boolean>;
     probeUrl?: pulumi.Input<string>;
   }>;
   /**

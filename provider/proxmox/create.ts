@@ -15,7 +15,7 @@ import {
 import { PartialCreateError } from "../common/partial-create";
 import { egressAtReadiness } from "../common/egress";
 import { familiesOf, proxyEndpoint } from "../common/ip-families";
-import { waitForTcpPort } from "../common/readiness";
+import { waitForProxyAuthRequired, waitForTcpPort } from "../common/readiness";
 import { allSettledOrFirstFailure } from "../common/settled";
 import { FormFields, ProxmoxClient } from "./client";
 import { isCredentialRejected, isTaskFailure, isVmidTaken } from "./classify";
@@ -460,6 +460,9 @@ export async function becomeReady(
     // squid must answer over every family the proxy is published with.
     if (ipv6 !== undefined && ipv6 !== ip)
       await waitForTcpPort(ipv6, spec.readiness.port, deadline);
+    if (spec.readiness.authRequired === true)
+      for (const address of new Set([ip, ...(ipv6 === undefined ? [] : [ipv6])]))
+        await waitForProxyAuthRequired(address, spec.readiness.port, deadline);
   } catch (error) {
     const cause = withContext(error, {
       operation: "readiness",

@@ -118,6 +118,8 @@ export interface ProxmoxProxyArgs extends IpFamilyArgs {
   readiness?: pulumi.Input<{
     mode?: pulumi.Input<"port" | "address" | "none">;
     port?: pulumi.Input<number>;
+    /** With "port": also wait for a request without credentials to be answered 407 (the proxy's own configuration, not a package default). */
+    authRequired?: pulumi.Input<boolean>;
   }>;
   /**
    * Optional: once ready, fetch `url` through the proxy (with `proxyAuth`) and

@@ -1,8 +1,9 @@
 import assert from "node:assert/strict";
+import { createServer as createHttpServer, type IncomingMessage } from "node:http";
 import { createServer } from "node:net";
 import { Deadline, retryWithBackoff } from "../../provider/common/deadline";
 import { PermanentError, TransientError } from "../../provider/common/errors";
-import { waitForTcpPort } from "../../provider/common/readiness";
+import { waitForProxyAuthRequired, waitForTcpPort } from "../../provider/common/readiness";
 
 describe("common deadline, backoff and readiness", () => {
   it("caps every per-call timeout at what is left of the deadline", () => {
@@ -87,5 +88,42 @@ describe("common deadline, backoff and readiness", () => {
       }),
       /timeouts\.readySeconds/,
     );
+  });
+
+  it("readiness with authRequired: a package's default proxy (403) is not ready; the first 407 is, and no credentials are sent", async () => {
+    const seen: IncomingMessage[] = [];
+    // The package's own squid answers first; ours, asking for credentials, from the fourth request.
+    let defaultAnswers = 3;
+    const server = createHttpServer((request, response) => {
+      seen.push(request);
+      if (seen.length <= defaultAnswers)
+        response.writeHead(403, { "x-squid-error": "ERR_ACCESS_DENIED 0" });
+      else response.writeHead(407, { "proxy-authenticate": 'Basic realm="egress"' });
+      response.end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
+    const port = (server.address() as { port: number }).port;
+    try {
+      await waitForProxyAuthRequired(
+        "127.0.0.1",
+        port,
+        new Deadline(5000, "timeouts.readySeconds"),
+        {
+          pauseMs: 10,
+        },
+      );
+      assert.equal(seen.length, 4);
+      assert.ok(seen.every((request) => request.url === "http://readiness.invalid/"));
+      assert.ok(seen.every((request) => request.headers["proxy-authorization"] === undefined));
+      defaultAnswers = Infinity;
+      await assert.rejects(
+        waitForProxyAuthRequired("127.0.0.1", port, new Deadline(300, "timeouts.readySeconds"), {
+          pauseMs: 20,
+        }),
+        /asking for credentials .*last: HTTP 403 \(ERR_ACCESS_DENIED 0\).*timeouts\.readySeconds/,
+      );
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
   });
 });

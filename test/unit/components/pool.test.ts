@@ -1594,6 +1594,8 @@ describe("EgressProxyPool (under Pulumi mocks)", function () {
     assert.equal(two.inputs.egressCheck, undefined);
     assert.equal(two.inputs.disruptionBudget, undefined);
     assert.equal(two.inputs.egressRecheck, false);
+    // Ready only once its own squid.conf serves (the package's squid listens on the port first).
+    assert.deepEqual(two.inputs.readiness, { mode: "port", port: 3128, authRequired: true });
     assert.match(two.url, /^http:\/\/198\.51\.100\.\d+:3128$/);
     assert.equal(
       two.url,
