@@ -200,6 +200,9 @@ export function gatewaySquidConfig(settings: GatewaySettings): string {
       "via off",
       "forwarded_for delete",
       "shutdown_lifetime 1 seconds",
+      // Without a name of its own squid looks itself up in DNS on every request it answers (a
+      // reverse query each, and two warnings in cache.log per request where DNS has no name for it).
+      "visible_hostname egress-proxies-gateway",
       // Only ever through a member; never to the origin from the gateway's own address.
       "never_direct allow all",
       "nonhierarchical_direct off",
