@@ -30,9 +30,19 @@
  *   and another VM paused: `check` exits 1 naming each state; the paused one
  *   resumed, only the stopped one is healed, by a graceful restart.
  *
- * After each step the host holds exactly what state records. Five guest
- * boots in all (two at once, the rotated one, the third member, the
- * restart), under the `day2kvm` prefix; every guest, the echo process, its address and the SNAT rules go
+ * - the pool's gateway VM (`gateway.vm`, squid from the guest image's Debian
+ *   package), created once the members are: through the rotation it is
+ *   updated in place (same domain UUID, its uptime continues), a client of
+ *   it all along loses at most 1 %, and the old member's own access log
+ *   shows no request of the gateway's after the update, before its drain
+ *   ends; in front of the three members it rotates per request (each within
+ *   1.2x of its share), keeps each `-session-` on one exit address, and
+ *   answers a wrong password 407 without any member logging it
+ *   (docs/gateway.md).
+ *
+ * After each step the host holds exactly what state records. Six guest
+ * boots in all (two at once, the gateway, the rotated one, the third member,
+ * the restart), under the `day2kvm` prefix; every guest, the echo process, its address and the SNAT rules go
  * in `after`, also when a test fails.
  */
 import assert from "node:assert/strict";
@@ -82,6 +92,10 @@ const AUTH = { user: "crawler", password: "day2 kvm secret" };
 const KVM_PROXY_TYPE = "pulumi-nodejs:dynamic/egress-proxies:KvmProxy";
 const SLICE_TYPE = "kubernetes:discovery.k8s.io/v1:EndpointSlice";
 const SQUID_PORT = 3128;
+
+/** The pool's gateway VM and its user (its own password: the members' is the pool's). */
+const GATEWAY_NAME = `${POOL}-gateway`;
+const GATEWAY_USER = { name: "team", password: "gateway secret:1" };
 
 /** The pool's drain: the old VM of the rotation stays up this long after the pool stopped publishing it. */
 const DRAIN_SECONDS = 6;
@@ -212,6 +226,8 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
   let poolArgs: Props;
   const guests = new LabGuests();
   const members: Member[] = [];
+  /** The pool's gateway VM: not a member (no egress check, no rotation), updated when they change. */
+  let gateway: Member | undefined;
   /** State the engine still holds besides the members: an old VM waiting for its delete. */
   const pendingDelete: Member[] = [];
   /** SNAT rules this suite added in the lab netns, removed in `after`. */
@@ -315,6 +331,66 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     }
   }
 
+  /** The gateway VM's program inputs from a run of the pool (its members are what state holds). */
+  function declareGateway(run: PoolRun): Member {
+    const program = run.children.get(GATEWAY_NAME);
+    assert.ok(program, `the pool declared ${GATEWAY_NAME}: ${[...run.children.keys()].join()}`);
+    if (gateway === undefined)
+      gateway = {
+        name: GATEWAY_NAME,
+        urn: `urn:pulumi:${CONSUMER_IDENTITY.stack}::${CONSUMER_IDENTITY.project}::egress-proxies:index:EgressProxyPool$${KVM_PROXY_TYPE}::${GATEWAY_NAME}`,
+        program,
+      };
+    else gateway.program = program;
+    return gateway;
+  }
+
+  /** A file of a guest, read by another client than ours: virsh, through libvirt's agent passthrough. */
+  function readGuestFile(vmName: string, path: string): string {
+    const agent = (command: object) =>
+      JSON.parse(virsh("qemu-agent-command", vmName, JSON.stringify(command))) as {
+        return: unknown;
+      };
+    const handle = agent({ execute: "guest-file-open", arguments: { path, mode: "r" } }).return;
+    try {
+      let text = "";
+      for (;;) {
+        const read = agent({ execute: "guest-file-read", arguments: { handle, count: 65536 } })
+          .return as { "buf-b64": string; eof: boolean };
+        text += Buffer.from(read["buf-b64"], "base64").toString();
+        if (read.eof) return text;
+      }
+    } finally {
+      agent({ execute: "guest-file-close", arguments: { handle } });
+    }
+  }
+
+  /** The member addresses the gateway VM's running configuration routes to. */
+  const gatewayPeers = (): string[] =>
+    [
+      ...readGuestFile(vmNameOf(gateway!), "/etc/squid/squid.conf").matchAll(
+        /^cache_peer (\S+) parent \d+ 0 round-robin /gm,
+      ),
+    ].map((m) => m[1]!);
+
+  /** The guest's seconds since boot: a VM replaced or rebooted starts again near 0. */
+  const guestUptime = (vmName: string): number =>
+    Number(readGuestFile(vmName, "/proc/uptime").split(" ")[0]);
+
+  /** A request through the gateway VM to the echo service: its status and the exit address the echo saw. */
+  const throughGateway = (user = GATEWAY_USER.name, password = GATEWAY_USER.password) =>
+    getThroughProxy(
+      { host: ipOf(gateway!), port: SQUID_PORT },
+      `http://${echoAddress}:${echoPort}/`,
+      { user, password },
+    ).catch((error: Error) => ({ status: 0, body: error.message }));
+
+  /** The requests a member's squid logged from `client` (its access log, read through the agent). */
+  const loggedFrom = (vmName: string, client: string): number =>
+    readGuestFile(vmName, "/var/log/squid/access.log")
+      .split("\n")
+      .filter((line) => line.split(/\s+/)[2] === client).length;
+
   /** The addresses the pool publishes as ready. */
   const publishedReady = (run: PoolRun): string[] =>
     (run.slice ?? []).filter((e) => e.ready).map((e) => e.address);
@@ -334,7 +410,9 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     assertHostHoldsExactly(
       lab,
       `${POOL}-`,
-      [...members, ...pendingDelete].filter((m) => m.stored !== undefined).map(vmNameOf),
+      [...members, ...pendingDelete, ...(gateway ? [gateway] : [])]
+        .filter((m) => m.stored !== undefined)
+        .map(vmNameOf),
     );
   }
 
@@ -432,6 +510,11 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
       egressCheck: { url: `http://${echoAddress}:${echoPort}/` },
       kubernetes: { namespace: "crawlers", name: "egress" },
       drainSeconds: DRAIN_SECONDS,
+      gateway: {
+        users: [GATEWAY_USER],
+        allowedClientCidrs: [lab.subnet],
+        vm: { backend: "lab" },
+      },
     };
 
     // The first `up`: both members created at once (the engine runs independent creates in parallel).
@@ -450,6 +533,39 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     const published = runPool();
     assert.deepEqual(publishedReady(published), members.map(ipOf));
     assert.equal(published.egress!.length, COUNT, "one exit address per member");
+
+    // The gateway depends on every member: the engine creates it once they are, with them in its files.
+    const front = declareGateway(published);
+    assert.equal(front.program.egressCheck, undefined, "the gateway is not a member");
+    const gatewayChecked = await server.check(front.urn, {}, front.program);
+    assert.deepEqual(gatewayChecked.failures, []);
+    guests.add(String(gatewayChecked.inputs.vmName));
+    const createdGateway = await server.create(front.urn, gatewayChecked.inputs);
+    front.stored = {
+      id: createdGateway.id,
+      outputs: createdGateway.properties,
+      inputs: gatewayChecked.inputs,
+    };
+    // Ready means its own configuration serves (readiness.authRequired): cloud-init wrote it first.
+    assert.deepEqual(gatewayPeers().sort(), members.map(ipOf).sort());
+    // Ready means serving: right after create, requests go through it to the members. One of ten may
+    // meet a hiccup (a 502 ERR_READ_ERROR was seen once on the first request, not since); not more.
+    const firstTen: Array<{ status: number; body: string }> = [];
+    for (let index = 0; index < 10; index++) firstTen.push(await throughGateway());
+    const firstFailed = firstTen
+      .filter((reply) => reply.status !== 200)
+      .map(
+        (reply) =>
+          `${reply.status} ${/ERR_[A-Z_]+/.exec(reply.body)?.[0] ?? reply.body.slice(0, 80)}`,
+      );
+    if (firstFailed.length > 0)
+      console.log(
+        `      [day2kvm] right after the gateway's create, failed: ${firstFailed.join(", ")}`,
+      );
+    assert.ok(
+      firstFailed.length <= 1,
+      `the gateway serves once created: ${firstFailed.join(", ")}`,
+    );
     assertHostHoldsExactlyState();
   });
 
@@ -459,7 +575,7 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     // `pulumi destroy`: a provider process of its own whose program registers nothing (no drain, no budget).
     const destroyer = server && (await DynamicProviderServer.start(project));
     await destroyer?.configure({});
-    for (const m of [...members, ...pendingDelete])
+    for (const m of [...(gateway ? [gateway] : []), ...members, ...pendingDelete])
       if (m.stored)
         await destroyer
           ?.delete(m.urn, m.stored.id, m.stored.outputs)
@@ -652,7 +768,19 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     assert.notEqual(newName, vmNameOf(old), "a new name: no collision with the old VM");
     guests.add(newName);
 
+    const front = gateway!;
+    const frontUuid = front.stored!.outputs.libvirtUuid;
+    const frontUptime = guestUptime(vmNameOf(front));
     const sampler = new ReadySampler(publishedReady(before), answers);
+    // A client of the gateway all along: a request at a time.
+    const throughFront: Array<{ status: number; body: string }> = [];
+    let frontStopped = false;
+    const frontClient = (async () => {
+      while (!frontStopped) {
+        throughFront.push(await throughGateway());
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    })();
     try {
       // The engine holds the old VM for its delete at the end of the `up`.
       pendingDelete.push(old);
@@ -660,8 +788,34 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
       rotated.stored = { id: created.id, outputs: created.properties, inputs: checked.inputs };
       assert.equal(virsh("domstate", vmNameOf(old)).trim(), "running", "the old VM still runs");
       assertHostHoldsExactlyState();
-      // The pool's outputs resolve with the new member, and the engine updates the slice.
-      sampler.publish(publishedReady(runPool()));
+      // The pool's outputs resolve with the new member, and the engine updates the slice and the gateway.
+      const republished = runPool();
+      sampler.publish(publishedReady(republished));
+      declareGateway(republished);
+      assert.deepEqual(stepSummary(await upAll(server, [front])), [`${GATEWAY_NAME}:update`]);
+      assert.equal(front.stored!.outputs.libvirtUuid, frontUuid, "the gateway VM updated in place");
+      assert.ok(
+        guestUptime(vmNameOf(front)) > frontUptime,
+        "the gateway VM's uptime continues: not rebooted",
+      );
+      assert.deepEqual(gatewayPeers().sort(), [ipOf(kept), ipOf(rotated)].sort());
+      // The old member is out of the gateway before its drain ends: no request of the gateway's reaches it.
+      const gatewayAddress = ipOf(front);
+      await new Promise((r) => setTimeout(r, 2000));
+      const beforeUpdate = loggedFrom(vmNameOf(old), gatewayAddress);
+      const afterUpdate = await Promise.all(Array.from({ length: 20 }, () => throughGateway()));
+      assert.deepEqual(
+        afterUpdate.filter((reply) => reply.status !== 200),
+        [],
+        "the gateway serves through the members it has now",
+      );
+      await new Promise((r) => setTimeout(r, 2000));
+      assert.ok(beforeUpdate > 0, "the gateway routed to the old member before the update");
+      assert.equal(
+        loggedFrom(vmNameOf(old), gatewayAddress),
+        beforeUpdate,
+        "no request of the gateway's reached the old member after the update",
+      );
       // Then the old one is deleted, last: drained first, so clients that still hold its URL finish.
       const deleteStarted = Date.now();
       const deleted = server.delete(rotated.urn, old.stored.id, old.stored.outputs);
@@ -679,8 +833,22 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
       while (sampler.samples.length < settled + 2) await new Promise((r) => setTimeout(r, 500));
     } finally {
       await sampler.stop();
+      frontStopped = true;
+      await frontClient;
     }
 
+    const frontFailed = throughFront.filter((reply) => reply.status !== 200);
+    console.log(
+      `      [day2kvm] through the gateway during the rotation: ${throughFront.length} requests, ${frontFailed.length} failed`,
+    );
+    assert.ok(
+      throughFront.length >= 30,
+      `the gateway's client ran throughout: ${throughFront.length}`,
+    );
+    assert.ok(
+      frontFailed.length <= throughFront.length / 100,
+      `at most 1 % through the gateway failed: ${JSON.stringify(frontFailed.slice(0, 3))}`,
+    );
     const answering = sampler.samples.map((s) => s.answering);
     console.log(
       `      [day2kvm] ${answering.length} samples during the rotation: ` +
@@ -763,20 +931,8 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     );
     // The new member's user-data carries the new document: it reads back the same.
     for (const m of members) {
-      // Another client than ours reads it back: virsh, through libvirt's agent passthrough.
-      const agent = (command: object) =>
-        JSON.parse(virsh("qemu-agent-command", vmNameOf(m), JSON.stringify(command))) as {
-          return: unknown;
-        };
-      const handle = agent({
-        execute: "guest-file-open",
-        arguments: { path: "/etc/squid/squid.conf", mode: "r" },
-      }).return;
-      const read = agent({ execute: "guest-file-read", arguments: { handle, count: 65536 } })
-        .return as { "buf-b64": string };
-      agent({ execute: "guest-file-close", arguments: { handle } });
       assert.match(
-        Buffer.from(read["buf-b64"], "base64").toString(),
+        readGuestFile(vmNameOf(m), "/etc/squid/squid.conf"),
         /^# upgraded in place$/m,
         m.name,
       );
@@ -786,6 +942,74 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
       stepSummary(await upAll(server, members)),
       members.map((m) => `${m.name}:same`),
       "nothing more to do",
+    );
+    assertHostHoldsExactlyState();
+  });
+  it("the gateway VM in front of the three: it follows in place, rotates per request over all three exit addresses, keeps each session on one, and answers a wrong password 407 without a member seeing it", async () => {
+    const front = gateway!;
+    const uuid = front.stored!.outputs.libvirtUuid;
+    declareGateway(runPool());
+    assert.deepEqual(stepSummary(await upAll(server, [front])), [`${GATEWAY_NAME}:update`]);
+    assert.equal(front.stored!.outputs.libvirtUuid, uuid, "the same VM");
+    assert.deepEqual(gatewayPeers().sort(), members.map(ipOf).sort());
+    const exits = members.map(ipOf);
+
+    /** Sends `total` requests, `parallel` at a time, through the gateway as `user`. */
+    const burst = async (total: number, parallel: number, user: string) => {
+      const replies: Array<{ status: number; body: string }> = [];
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: parallel }, async () => {
+          while (next < total) {
+            next++;
+            replies.push(await throughGateway(user));
+          }
+        }),
+      );
+      return replies;
+    };
+    // Without a session: each request to the next member; every one within 1.2x of its share.
+    const spread = await burst(300, 6, GATEWAY_USER.name);
+    assert.deepEqual(
+      spread.filter((reply) => reply.status !== 200),
+      [],
+      "every request served",
+    );
+    const perExit = exits.map(
+      (exit) => spread.filter((reply) => reply.body.trim() === exit).length,
+    );
+    console.log(
+      `      [day2kvm] 300 requests through the gateway VM, per member: ${perExit.join(" ")}`,
+    );
+    for (const served of perExit)
+      assert.ok(served > 0 && served <= 120, `per member: ${perExit.join(" ")}`);
+    // Sessions: all of one session's requests leave through one member's address.
+    const sessions = await Promise.all(
+      Array.from({ length: 24 }, (_, index) =>
+        burst(8, 1, `${GATEWAY_USER.name}-session-s${index}`),
+      ),
+    );
+    const sessionExits = sessions.map(
+      (replies) => new Set(replies.map((reply) => reply.body.trim())),
+    );
+    assert.ok(
+      sessions.every((replies) => replies.every((reply) => reply.status === 200)),
+      "every session request served",
+    );
+    assert.ok(
+      sessionExits.every((seen) => seen.size === 1 && exits.includes([...seen][0]!)),
+      `one exit address per session: ${sessionExits.map((seen) => [...seen].join("+")).join(" ")}`,
+    );
+    assert.ok(new Set(sessionExits.map((seen) => [...seen][0])).size > 1, "sessions spread");
+    // A wrong password: 407 from the gateway, and no member's log grows.
+    const logged = members.map((m) => loggedFrom(vmNameOf(m), ipOf(front)));
+    const refused = await throughGateway(GATEWAY_USER.name, "not the password");
+    assert.equal(refused.status, 407);
+    await new Promise((r) => setTimeout(r, 2000));
+    assert.deepEqual(
+      members.map((m) => loggedFrom(vmNameOf(m), ipOf(front))),
+      logged,
+      "no member saw the refused request",
     );
     assertHostHoldsExactlyState();
   });
