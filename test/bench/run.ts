@@ -31,6 +31,7 @@ import { currentNodeMajor, parseBenchArgs, runUnderNode } from "./other-node";
 import { runPrefixBenchmarks } from "./prefix";
 import { runProxmoxBenchmarks } from "./pve";
 import { runReaperBenchmarks } from "./reaper";
+import { runScaleBenchmarks } from "./scale";
 import { runSeedBenchmarks } from "./seed";
 
 const suites: Record<string, () => Promise<void>> = {
@@ -42,6 +43,7 @@ const suites: Record<string, () => Promise<void>> = {
   check: runCheckBenchmarks,
   prefix: runPrefixBenchmarks,
   gateway: runGatewayBenchmarks,
+  scale: runScaleBenchmarks,
 };
 
 /** dist/test/bench/run.js → the repository root. */

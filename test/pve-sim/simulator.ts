@@ -169,6 +169,12 @@ export class PveSimulator {
   readonly tokens = new Map<string, TokenSpec>();
   /** Every request as "METHOD /path" (query excluded), for call counting. */
   readonly requestLog: string[] = [];
+  /**
+   * TLS connections clients opened to this API (its server's `secureConnection`
+   * events), for counting dials: a client that reuses its keep-alive
+   * connections opens few whatever it asks.
+   */
+  tlsConnections = 0;
   /** Every multipart upload's raw headers, so tests can check framing. */
   readonly uploadHeaders: Array<Record<string, string | string[] | undefined>> = [];
   private server: Server | undefined;
@@ -324,6 +330,7 @@ export class PveSimulator {
     const server = createServer({ key: tls.serverKeyPem, cert: tls.serverCertPem }, (req, res) => {
       void this.handle(req, res);
     });
+    server.on("secureConnection", () => this.tlsConnections++);
     this.server = server;
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);

@@ -41,6 +41,16 @@ describe("bench goals: each figure against issue 18's Done when", () => {
         "gateway_sticky_percent",
         "gateway_sessions_moved_percent_on_member_loss",
         "gateway_failover_error_percent",
+        "scale_refresh_seconds_per_member_1000",
+        "scale_refresh_growth_1000_vs_10",
+        "scale_static_refresh_growth_1000_vs_10",
+        "scale_calls_per_member_refresh_1000",
+        "scale_calls_per_member_refresh_1000_vs_10",
+        "scale_dials_per_refresh_1000",
+        "scale_provider_peak_rss_mb_1000",
+        "scale_state_bytes_per_member",
+        "scale_program_seconds_1000",
+        "scale_server_concurrency",
       ],
     );
     for (const candidate of GOALS) assert.ok(candidate.issue.length > 0, candidate.key);
@@ -62,11 +72,14 @@ describe("bench goals: each figure against issue 18's Done when", () => {
     );
   });
 
-  it("the ratios to virsh and ssh cat and the host's CPU are information: no verdict, whatever the value", () => {
+  it("the ratios to virsh and ssh cat, the host's CPU and the scale bench's explaining figures are information: no verdict, whatever the value", () => {
     for (const key of [
       "upload_time_ratio_vs_virsh",
       "upload_time_ratio_vs_ssh",
       "upload_host_cpu_ms",
+      "scale_refresh_seconds_per_member_1000",
+      "scale_program_seconds_1000",
+      "scale_server_concurrency",
     ]) {
       assert.equal(goal(key).comparison.kind, "information", key);
       for (const value of [0.1, 0.6, 1000, Number.NaN])
@@ -82,7 +95,20 @@ describe("bench goals: each figure against issue 18's Done when", () => {
     }
     assert.equal(
       GOALS.filter((candidate) => candidate.comparison.kind === "information").length,
-      3,
+      6,
+    );
+  });
+
+  it("a refresh of 1000 members dials each host once: its dials are held to scale_hosts", () => {
+    const dials = goal("scale_dials_per_refresh_1000");
+    const run = (value: number) =>
+      evaluateGoal(dials, figures({ scale_dials_per_refresh_1000: value, scale_hosts: 4 }));
+    assert.equal(run(4).verdict, "met");
+    assert.equal(run(25).verdict, "missed");
+    assert.equal(run(4).goal, "≤ 1 × scale_hosts = 4");
+    assert.equal(
+      evaluateGoal(dials, figures({ scale_dials_per_refresh_1000: 4 })).verdict,
+      "not run",
     );
   });
 
@@ -219,7 +245,7 @@ describe("bench goals: each figure against issue 18's Done when", () => {
       lines.find((line) => line.includes("upload_time_ratio_vs_virsh"))!,
       /^· .* 0\.6 +no goal \(information\) /,
     );
-    assert.equal(lines.at(-1), "# goals: 1 met, 1 missed, 19 not run; 3 for information, no goal");
+    assert.equal(lines.at(-1), "# goals: 1 met, 1 missed, 26 not run; 6 for information, no goal");
   });
 });
 
