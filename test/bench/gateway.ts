@@ -11,8 +11,12 @@
  *   member 1 (percentile of each side, then the difference);
  * - `gateway_rps_ratio_vs_direct`: requests/s with 32 concurrent clients
  *   (HTTP and CONNECT alternating) through the gateway over straight to one
- *   member, with both rates; `gateway_rps_per_gateway_core`: the gateway's
- *   requests per second of the gateway squid's own CPU in that run;
+ *   member, the gateway squid (and its helpers) on a core of its own and
+ *   the client, members and echo on the other, as the gateway is sized
+ *   (docs/gateway.md); `gateway_rps_ratio_vs_direct_shared_cores`: the same
+ *   with everything on both cores, where the gateway's squid takes CPU from
+ *   the members and the client; `gateway_rps_per_gateway_core`: the
+ *   gateway's requests per second of its squid's own CPU (shared cores);
  * - `gateway_sticky_percent`: of 200 sessions x 20 requests, those that left
  *   through one exit address;
  * - `gateway_sessions_moved_percent_on_member_loss`: one of N members removed
@@ -25,6 +29,8 @@
  * test-needs: root (ip netns)
  */
 import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { cpus } from "node:os";
 import { join } from "node:path";
 import { gatewayUserName } from "../../workloads/gateway/user-names";
 import {
@@ -145,7 +151,81 @@ function gatewayTicksSince(before: ProcStat, pid: number): number {
   return after.utime + after.stime - (before.utime + before.stime);
 }
 
+/** Every process of the namespace, and this one (the probe clients it spawns inherit its cores). */
+function namespacePids(lab: GatewayNetns): number[] {
+  return execFileSync("ip", ["netns", "pids", lab.namespace], { encoding: "utf8" })
+    .split("\n")
+    .filter(Boolean)
+    .map(Number);
+}
+
+/** The gateway squid and what it runs (auth helpers, the log daemon), by parent links in /proc. */
+function gatewayProcessTree(lab: GatewayNetns): number[] {
+  const root = lab.gatewayPid();
+  const parentOf = new Map<number, number>();
+  for (const pid of namespacePids(lab)) {
+    const stat = readProcStat(pid);
+    if (stat !== undefined) parentOf.set(pid, stat.ppid);
+  }
+  const inTree = (pid: number): boolean =>
+    pid === root || (parentOf.has(pid) && pid !== parentOf.get(pid) && inTree(parentOf.get(pid)!));
+  return [...parentOf.keys()].filter(inTree);
+}
+
+/** Moves processes (all their threads) to `cpus`, e.g. "0" or "0-1"; one that ended meanwhile is skipped. */
+const pin = (pids: readonly number[], cpus: string) => {
+  for (const pid of pids)
+    try {
+      execFileSync("taskset", ["-a", "-p", "-c", cpus, String(pid)], {
+        stdio: ["ignore", "ignore", "pipe"],
+      });
+    } catch (error) {
+      if (existsSync(`/proc/${pid}`)) throw error;
+    }
+};
+
+/**
+ * The same throughput comparison with the gateway on a core of its own and
+ * everything else (client, members, echo) on the other, as docs/gateway.md
+ * sizes it: what the gateway costs a client when it is not also taking the
+ * members' CPU. On shared cores (measureThroughput) a request through the
+ * gateway is two squids' work on the same cores where a direct one is one.
+ */
+async function measureThroughputOwnCore(lab: GatewayNetns): Promise<void> {
+  const cores = cpus().length;
+  if (cores < 2) {
+    console.log("# gateway throughput on a core of its own: needs two cores, this machine has one");
+    return;
+  }
+  const everything = `0-${cores - 1}`;
+  const others = [process.pid, ...namespacePids(lab)];
+  pin(others, "0");
+  pin(gatewayProcessTree(lab), "1");
+  try {
+    const rates = await throughputRates(lab);
+    printBench("gateway_rps_32_clients_own_core", rates.gatewayRps);
+    printBench("direct_rps_32_clients_one_core", rates.directRps);
+    printBench("gateway_rps_ratio_vs_direct", rates.gatewayRps / rates.directRps);
+  } finally {
+    pin([process.pid, ...namespacePids(lab)], everything);
+  }
+}
+
 async function measureThroughput(lab: GatewayNetns): Promise<void> {
+  const rates = await throughputRates(lab);
+  printBench("gateway_rps_32_clients", rates.gatewayRps);
+  printBench("direct_rps_32_clients", rates.directRps);
+  printBench("gateway_rps_ratio_vs_direct_shared_cores", rates.gatewayRps / rates.directRps);
+  printBench("gateway_cpu_seconds_32_clients", rates.cpuSeconds);
+  printBench("gateway_rps_per_gateway_core", rates.gatewayServed / rates.cpuSeconds);
+}
+
+async function throughputRates(lab: GatewayNetns): Promise<{
+  gatewayRps: number;
+  directRps: number;
+  cpuSeconds: number;
+  gatewayServed: number;
+}> {
   const options = { concurrency: THROUGHPUT_CLIENTS };
   const throughGateway = (count: number) =>
     lab.probe(alternatingModes(calls(count, GATEWAY_USER.name)), options);
@@ -170,14 +250,12 @@ async function measureThroughput(lab: GatewayNetns): Promise<void> {
     rates.gateway.served += outcomes.length;
     rates.gateway.seconds += spanSeconds(outcomes);
   }
-  const gatewayRps = rates.gateway.served / rates.gateway.seconds;
-  const directRps = rates.direct.served / rates.direct.seconds;
-  const cpuSeconds = rates.gateway.ticks / clockTicksPerSecond();
-  printBench("gateway_rps_32_clients", gatewayRps);
-  printBench("direct_rps_32_clients", directRps);
-  printBench("gateway_rps_ratio_vs_direct", gatewayRps / directRps);
-  printBench("gateway_cpu_seconds_32_clients", cpuSeconds);
-  printBench("gateway_rps_per_gateway_core", rates.gateway.served / cpuSeconds);
+  return {
+    gatewayRps: rates.gateway.served / rates.gateway.seconds,
+    directRps: rates.direct.served / rates.direct.seconds,
+    cpuSeconds: rates.gateway.ticks / clockTicksPerSecond(),
+    gatewayServed: rates.gateway.served,
+  };
 }
 
 /** Stickiness, then one member taken out of the gateway (not killed): which sessions move. */
@@ -279,6 +357,7 @@ export async function runGatewayBenchmarks(): Promise<void> {
     ]);
     await measureAddedLatency(lab);
     await measureThroughput(lab);
+    await measureThroughputOwnCore(lab);
     await measureSessions(lab);
     await measureReload(lab);
     await measureFailover(lab);
