@@ -45,9 +45,7 @@ export const readinessSchema = z.strictObject({
    * 407, i.e. the proxy's own configuration serves, not a package's default
    * that listens on the same port first (common/readiness.ts).
    */
-  authRequired: z
-    .boolean({ error: "readiness.authRequired must be true or false" })
-    .optional(),
+  authRequired: z.boolean({ error: "readiness.authRequired must be true or false" }).optional(),
 });
 
 export const timeoutsSchema = z.strictObject({

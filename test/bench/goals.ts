@@ -145,7 +145,8 @@ export const GOALS: readonly Goal[] = [
   {
     key: "gateway_rps_ratio_vs_direct_shared_cores",
     comparison: { kind: "information" },
-    issue: "(issue 31) the same with the gateway sharing both cores with the client and the members",
+    issue:
+      "(issue 31) the same with the gateway sharing both cores with the client and the members",
   },
   {
     key: "gateway_sticky_percent",
