@@ -8,7 +8,7 @@ import { type Deadline, sleepWithin } from "../common/deadline";
 import { isPermanent } from "../common/errors";
 import { deadlineFor, earlier } from "../common/lifecycle";
 import { familiesOf } from "../common/ip-families";
-import { fetchThroughProxy } from "../common/proxy-probe";
+import { fetchThroughProxy, type ProxyCredentials } from "../common/proxy-probe";
 import { waitForProxyAuthRequired, waitForTcpPort } from "../common/readiness";
 import type { DomainHandle } from "../libvirt-rpc-xdr";
 import { lookUpAddress } from "./addresses";
@@ -61,24 +61,43 @@ export async function waitForReadiness(
       for (const address of new Set([ip, ...(ipv6 === undefined ? [] : [ipv6])]))
         await waitForProxyAuthRequired(address, inputs.readiness.port, deadline);
     if (inputs.readiness.probeUrl !== undefined)
-      await waitForProxyProbe(ip, inputs.readiness.port, inputs.readiness.probeUrl, deadline);
+      await waitForProxyProbe(
+        ip,
+        inputs.readiness.port,
+        inputs.readiness.probeUrl,
+        deadline,
+        inputs.egressCheck?.proxyAuth,
+      );
   }
   return ipv6 === undefined ? { ip } : { ip, ipv6 };
 }
 
-/** The proxy is ready when a request through it succeeds; squid may answer 503 while it finishes starting. */
-async function waitForProxyProbe(
+/**
+ * The proxy is ready when a request through it succeeds; squid may answer 503
+ * while it finishes starting. A proxy that asks for credentials gets the
+ * egress check's (the pool's members require basic auth).
+ */
+export async function waitForProxyProbe(
   ip: string,
   port: number,
   url: string,
   deadline: Deadline,
+  credentials: ProxyCredentials | undefined,
 ): Promise<void> {
   let last = "no attempt";
   while (deadline.remainingMs() > 0) {
     try {
-      const { status } = await fetchThroughProxy({ host: ip, port }, url, deadline.capped(10_000));
+      const { status } = await fetchThroughProxy(
+        { host: ip, port },
+        url,
+        deadline.capped(10_000),
+        credentials,
+      );
       if (status >= 200 && status < 400) return;
-      last = `HTTP ${status}`;
+      last =
+        status === 407
+          ? `HTTP 407: the proxy asks for credentials; ${credentials === undefined ? "set" : "check"} egressCheck.proxyAuth`
+          : `HTTP ${status}`;
     } catch (error) {
       last = (error as Error).message;
     }
