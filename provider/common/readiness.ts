@@ -2,30 +2,58 @@ import { connect } from "node:net";
 import { Deadline, sleepWithin } from "./deadline";
 import { fetchThroughProxy } from "./proxy-probe";
 
+interface AttemptOptions {
+  attemptTimeoutMs?: number;
+  pauseMs?: number;
+}
+
 /**
- * Readiness: the proxy is ready when its port accepts a TCP connection. Each
- * attempt has its own short timeout so a silently dropped SYN cannot eat the
- * whole budget; attempts repeat until the deadline.
+ * Attempts until one succeeds or the deadline passes. Each attempt has its
+ * own short timeout so a silently dropped packet cannot eat the whole
+ * budget; the last failure goes into the timeout error.
  */
-export async function waitForTcpPort(
-  host: string,
-  port: number,
+async function attemptUntil(
   deadline: Deadline,
-  options: { attemptTimeoutMs?: number; pauseMs?: number } = {},
+  options: AttemptOptions,
+  defaultAttemptMs: number,
+  attempt: (timeoutMs: number) => Promise<void>,
+  what: string,
 ): Promise<void> {
-  const attemptTimeoutMs = options.attemptTimeoutMs ?? 3000;
+  const attemptTimeoutMs = options.attemptTimeoutMs ?? defaultAttemptMs;
   const pauseMs = options.pauseMs ?? 1000;
   let lastError: unknown;
   while (!deadline.expired()) {
     try {
-      await tryTcpConnect(host, port, deadline.capped(attemptTimeoutMs));
+      await attempt(deadline.capped(attemptTimeoutMs));
       return;
     } catch (error) {
       lastError = error;
       await sleepWithin(pauseMs, deadline);
     }
   }
-  throw deadline.timeoutError(`port ${port} on ${host} accepting connections`, lastError);
+  throw deadline.timeoutError(
+    lastError instanceof NotYet ? `${what} (last answer: ${lastError.message})` : what,
+    lastError instanceof NotYet ? undefined : lastError,
+  );
+}
+
+/** An attempt that was answered, but not yet as wanted (its message says how). */
+class NotYet extends Error {}
+
+/** Readiness: the proxy is ready when its port accepts a TCP connection. */
+export function waitForTcpPort(
+  host: string,
+  port: number,
+  deadline: Deadline,
+  options: AttemptOptions = {},
+): Promise<void> {
+  return attemptUntil(
+    deadline,
+    options,
+    3000,
+    (timeoutMs) => tryTcpConnect(host, port, timeoutMs),
+    `port ${port} on ${host} accepting connections`,
+  );
 }
 
 /**
@@ -36,31 +64,26 @@ export async function waitForTcpPort(
  * is ready when a request without credentials is answered 407. The target is
  * never reached: authentication comes first (`.invalid` never resolves).
  */
-export async function waitForProxyAuthRequired(
+export function waitForProxyAuthRequired(
   host: string,
   port: number,
   deadline: Deadline,
-  options: { attemptTimeoutMs?: number; pauseMs?: number } = {},
+  options: AttemptOptions = {},
 ): Promise<void> {
-  const attemptTimeoutMs = options.attemptTimeoutMs ?? 5000;
-  const pauseMs = options.pauseMs ?? 1000;
-  let last = "no answer yet";
-  while (!deadline.expired()) {
-    try {
+  return attemptUntil(
+    deadline,
+    options,
+    5000,
+    async (timeoutMs) => {
       const { status, squidError } = await fetchThroughProxy(
         { host, port },
         "http://readiness.invalid/",
-        deadline.capped(attemptTimeoutMs),
+        timeoutMs,
       );
-      if (status === 407) return;
-      last = `HTTP ${status}${squidError === undefined ? "" : ` (${squidError})`}`;
-    } catch (error) {
-      last = (error as Error).message;
-    }
-    await sleepWithin(pauseMs, deadline);
-  }
-  throw deadline.timeoutError(
-    `the proxy at ${host}:${port} asking for credentials (407: its own configuration serving; last: ${last})`,
+      if (status !== 407)
+        throw new NotYet(`HTTP ${status}${squidError === undefined ? "" : ` (${squidError})`}`);
+    },
+    `the proxy at ${host}:${port} asking for credentials (407: its own configuration serving)`,
   );
 }
 
