@@ -45,7 +45,7 @@ const LAB_SECONDS: Record<string, number> = {
   "engine/root-program.test.js": 110, // (1) the pool end to end
   "engine/stock-host.test.js": 150, // (1, UEFI) zero-config on a stock host
   "lab/kvm-proxy.test.js": 45, // (11 that are not waited for)
-  "engine/kvm-egress-rotate.test.js": 560, // (2, then 1, 1, 1, 1) check and its exporter, the gateway VM, an exit address changed, a rotation through the gateway, an upgrade in place beside a scale to three, the gateway in front of three, a cut path, one restarted gracefully
+  "engine/kvm-egress-rotate.test.js": 560, // (3: two members and the gateway, then 1, 1, 1) check and its exporter, an exit address changed, a rotation through the gateway, an upgrade in place beside a scale to three, the gateway in front of three, a cut path, one restarted gracefully
   "lab/dual-stack.test.js": 110, // (1) a proxy's life: SLAAC + DHCPv4, squid and the egress check over both families, delete
   "lab/prefix-egress.test.js": 200, // (1) a routed ULA /64 spread by the prefix dialer, 1000 requests
   "engine/kvm-heal.test.js": 65, // (2, and 4 replacements not waited for) heal on refresh + up
@@ -75,7 +75,7 @@ const LAB_SECONDS: Record<string, number> = {
 const LAB_GUESTS: Record<string, number> = {
   "engine/root-program.test.js": 1,
   "engine/stock-host.test.js": 1,
-  "engine/kvm-egress-rotate.test.js": 2,
+  "engine/kvm-egress-rotate.test.js": 3,
   "lab/dual-stack.test.js": 1,
   "lab/prefix-egress.test.js": 1,
   "engine/kvm-heal.test.js": 2,
