@@ -508,6 +508,52 @@ describe("libvirt connection over a scripted peer", () => {
       conn.destroy();
     });
 
+    it("keeps data that overtook the call's reply (libvirtd sends them from different threads), in order", async () => {
+      const daemon = new FakeDaemon();
+      const conn = await daemon.open();
+      const chunks: Buffer[] = [];
+      const sink = new Writable({
+        write(chunk: Buffer, _e, cb) {
+          chunks.push(chunk);
+          cb();
+        },
+      });
+      const download = conn.download({ vol }, sink);
+      const call = await daemon.nextCall(209);
+      daemon.stream(call, MessageStatus.CONTINUE, Buffer.from("abc"));
+      daemon.stream(call, MessageStatus.CONTINUE, Buffer.from("def"));
+      await tick(5);
+      assert.deepEqual(chunks, [], "nothing written before the reply says the call succeeded");
+      daemon.reply(call);
+      daemon.stream(call, MessageStatus.CONTINUE, Buffer.from("ghi"));
+      daemon.stream(call, MessageStatus.CONTINUE);
+      await daemon.nextStream(call.header.serial, MessageStatus.OK);
+      daemon.stream(call, MessageStatus.OK);
+      assert.deepEqual(await download, { bytes: 9 });
+      assert.equal(Buffer.concat(chunks).toString(), "abcdefghi");
+      conn.destroy();
+    });
+
+    it("drops data that overtook a reply saying the call failed, and fails with the daemon's error", async () => {
+      const daemon = new FakeDaemon();
+      const conn = await daemon.open();
+      const chunks: Buffer[] = [];
+      const sink = new Writable({
+        write(chunk: Buffer, _e, cb) {
+          chunks.push(chunk);
+          cb();
+        },
+      });
+      const download = conn.download({ vol }, sink);
+      const call = await daemon.nextCall(209);
+      daemon.stream(call, MessageStatus.CONTINUE, Buffer.from("abc"));
+      daemon.replyError(call, { message: "volume gone" });
+      const error = await rejectionOf(download);
+      assert.match(error.message, /volume gone/);
+      assert.deepEqual(chunks, []);
+      conn.destroy();
+    });
+
     it("pauses the transport while the sink is backed up and resumes on drain", async () => {
       const daemon = new FakeDaemon();
       const conn = await daemon.open();
