@@ -80,6 +80,11 @@ export function waitForProxyAuthRequired(
         "http://readiness.invalid/",
         timeoutMs,
       );
+      if (status === 403 && squidError?.startsWith("ERR_ACCESS_DENIED"))
+        // Either the package's default (it denies everyone but localhost) or ours refusing this machine.
+        throw new NotYet(
+          `HTTP 403 (${squidError}): squid refuses this machine; if the proxy's own configuration is running, add this machine's address to its allowed clients (gateway.allowedClientCidrs)`,
+        );
       if (status !== 407)
         throw new NotYet(`HTTP ${status}${squidError === undefined ? "" : ` (${squidError})`}`);
     },

@@ -120,7 +120,7 @@ describe("common deadline, backoff and readiness", () => {
         waitForProxyAuthRequired("127.0.0.1", port, new Deadline(300, "timeouts.readySeconds"), {
           pauseMs: 20,
         }),
-        /asking for credentials .*last answer: HTTP 403 \(ERR_ACCESS_DENIED 0\).*timeouts\.readySeconds/,
+        /asking for credentials .*last answer: HTTP 403 \(ERR_ACCESS_DENIED 0\): squid refuses this machine.*gateway\.allowedClientCidrs.*timeouts\.readySeconds/,
       );
     } finally {
       await new Promise<void>((resolve) => server.close(() => resolve()));
