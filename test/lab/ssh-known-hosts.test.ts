@@ -178,8 +178,13 @@ describe("ssh host keys and credentials against the lab's sshd", function () {
       }
       await run("ssh-add", [lab.clientKey], { env: { ...process.env, SSH_AUTH_SOCK: socket } });
     });
-    after(() => {
-      if (agent?.pid !== undefined && agent.exitCode === null) process.kill(agent.pid, "SIGTERM");
+    // Waits for the agent to be gone: it unlinks its socket as it exits, and a scratch directory
+    // removed while it does so was left half removed (three times in nine runs, outside the runner).
+    after(async () => {
+      if (agent?.pid === undefined || agent.exitCode !== null || agent.signalCode !== null) return;
+      const exited = new Promise<void>((resolve) => agent!.once("exit", () => resolve()));
+      process.kill(agent.pid, "SIGTERM");
+      await exited;
     });
 
     it("authenticates through SSH_AUTH_SOCK when no key is configured", async () => {
