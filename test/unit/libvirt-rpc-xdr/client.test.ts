@@ -483,7 +483,8 @@ describe("libvirt connection over a scripted peer", () => {
   });
 
   describe("download", () => {
-    it("writes data in order, confirms EOF and resolves on the daemon's OK", async () => {
+    /** A scripted daemon, a connection to it, and a sink that keeps what it is given. */
+    async function downloadInto() {
       const daemon = new FakeDaemon();
       const conn = await daemon.open();
       const chunks: Buffer[] = [];
@@ -493,6 +494,11 @@ describe("libvirt connection over a scripted peer", () => {
           cb();
         },
       });
+      return { daemon, conn, chunks, sink };
+    }
+
+    it("writes data in order, confirms EOF and resolves on the daemon's OK", async () => {
+      const { daemon, conn, chunks, sink } = await downloadInto();
       const download = conn.download({ vol }, sink);
       const call = await daemon.nextCall(209);
       daemon.reply(call);
@@ -509,15 +515,7 @@ describe("libvirt connection over a scripted peer", () => {
     });
 
     it("keeps data that overtook the call's reply (libvirtd sends them from different threads), in order", async () => {
-      const daemon = new FakeDaemon();
-      const conn = await daemon.open();
-      const chunks: Buffer[] = [];
-      const sink = new Writable({
-        write(chunk: Buffer, _e, cb) {
-          chunks.push(chunk);
-          cb();
-        },
-      });
+      const { daemon, conn, chunks, sink } = await downloadInto();
       const download = conn.download({ vol }, sink);
       const call = await daemon.nextCall(209);
       daemon.stream(call, MessageStatus.CONTINUE, Buffer.from("abc"));
@@ -535,15 +533,7 @@ describe("libvirt connection over a scripted peer", () => {
     });
 
     it("drops data that overtook a reply saying the call failed, and fails with the daemon's error", async () => {
-      const daemon = new FakeDaemon();
-      const conn = await daemon.open();
-      const chunks: Buffer[] = [];
-      const sink = new Writable({
-        write(chunk: Buffer, _e, cb) {
-          chunks.push(chunk);
-          cb();
-        },
-      });
+      const { daemon, conn, chunks, sink } = await downloadInto();
       const download = conn.download({ vol }, sink);
       const call = await daemon.nextCall(209);
       daemon.stream(call, MessageStatus.CONTINUE, Buffer.from("abc"));
