@@ -87,8 +87,24 @@ DISK_SIZE_MIB=2048
 ESP_START=2048            # sectors
 ESP_SECTORS=131072        # 64 MiB
 ROOT_START=$((ESP_START + ESP_SECTORS))
-rm -rf "$WORK"
-trap 'rm -rf "$WORK"' EXIT
+# mmdebstrap mounts /proc, /sys and /dev inside the root it builds and unmounts them when it ends; a
+# build stopped half way (a Ctrl-C, the runner's --stop-early) left /proc mounted there, and the next
+# build's rm -rf failed on it ("Read-only file system") and failed the image. So whatever is mounted under
+# the scratch space is unmounted first (deepest first), and rm never crosses into a file system of its own.
+remove_work() {
+  local mounted
+  mounted=$(awk -v work="$WORK/" 'index($2, work) == 1 { print $2 }' /proc/self/mounts | sort -r)
+  if [ -n "$mounted" ]; then
+    while read -r point; do
+      umount "$point" || umount -l "$point" || echo "[build-image] could not unmount $point" >&2
+    done <<<"$mounted"
+  fi
+  rm -rf --one-file-system "$WORK"
+}
+remove_work
+trap remove_work EXIT
+# A signal ends the script through its EXIT trap (bash skips it on a signal it does not trap).
+trap 'exit 143' TERM INT HUP
 started=$(date +%s)
 
 need() { for c in "$@"; do command -v "$c" >/dev/null || { echo "missing $c" >&2; exit 1; }; done; }
