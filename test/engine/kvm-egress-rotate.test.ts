@@ -67,6 +67,8 @@ import {
   type ProxyImage,
   type RunningServer,
   assertHostHoldsExactly,
+  inGuest,
+  readGuestFile as readGuestLabFile,
 } from "../lab/kvm-support";
 import {
   CONSUMER_IDENTITY,
@@ -84,7 +86,6 @@ import {
   upWithRefresh,
   type Member,
 } from "./up-refresh";
-import { inGuest } from "../lab/kvm-support";
 
 /** The pool's name: its members are `day2kvm-lab-<i>`, their VMs `day2kvm-lab-<i>-<generated>`. */
 const POOL = "day2kvm";
@@ -346,25 +347,8 @@ describe("engine: a KvmProxy pool's exit address changes and a member is rotated
     return gateway;
   }
 
-  /** A file of a guest, read by another client than ours: virsh, through libvirt's agent passthrough. */
-  function readGuestFile(vmName: string, path: string): string {
-    const agent = (command: object) =>
-      JSON.parse(virsh("qemu-agent-command", vmName, JSON.stringify(command))) as {
-        return: unknown;
-      };
-    const handle = agent({ execute: "guest-file-open", arguments: { path, mode: "r" } }).return;
-    try {
-      let text = "";
-      for (;;) {
-        const read = agent({ execute: "guest-file-read", arguments: { handle, count: 65536 } })
-          .return as { "buf-b64": string; eof: boolean };
-        text += Buffer.from(read["buf-b64"], "base64").toString();
-        if (read.eof) return text;
-      }
-    } finally {
-      agent({ execute: "guest-file-close", arguments: { handle } });
-    }
-  }
+  const readGuestFile = (vmName: string, path: string): string =>
+    readGuestLabFile(lab, vmName, path);
 
   /** The member addresses the gateway VM's running configuration routes to. */
   const gatewayPeers = (): string[] =>

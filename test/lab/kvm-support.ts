@@ -241,14 +241,9 @@ export function assertHostHoldsExactly(
   );
 }
 
-/** A command in the guest through its agent (virsh), its exit code and output once it ended. */
-export async function inGuest(
-  lab: LabEnv,
-  vmName: string,
-  path: string,
-  args: string[],
-): Promise<{ exitcode: number; out: string }> {
-  const agent = (command: object) =>
+/** One guest agent command through virsh: another client than ours (libvirt's agent passthrough). */
+function guestAgent(lab: LabEnv, vmName: string) {
+  return (command: object) =>
     JSON.parse(
       execFileSync(
         "virsh",
@@ -256,6 +251,33 @@ export async function inGuest(
         { encoding: "utf8" },
       ),
     ) as { return: Record<string, unknown> };
+}
+
+/** A file of the guest, whole, read through its agent (virsh). */
+export function readGuestFile(lab: LabEnv, vmName: string, path: string): string {
+  const agent = guestAgent(lab, vmName);
+  const handle = agent({ execute: "guest-file-open", arguments: { path, mode: "r" } }).return;
+  try {
+    let text = "";
+    for (;;) {
+      const read = agent({ execute: "guest-file-read", arguments: { handle, count: 65536 } })
+        .return as { "buf-b64": string; eof: boolean };
+      text += Buffer.from(read["buf-b64"], "base64").toString();
+      if (read.eof) return text;
+    }
+  } finally {
+    agent({ execute: "guest-file-close", arguments: { handle } });
+  }
+}
+
+/** A command in the guest through its agent (virsh), its exit code and output once it ended. */
+export async function inGuest(
+  lab: LabEnv,
+  vmName: string,
+  path: string,
+  args: string[],
+): Promise<{ exitcode: number; out: string }> {
+  const agent = guestAgent(lab, vmName);
   const { pid } = agent({
     execute: "guest-exec",
     arguments: { path, arg: args, "capture-output": true },
