@@ -202,6 +202,19 @@ export async function continueCreate(
 /** What a delete did: the reaper reports it; Pulumi ignores it. */
 export type DeleteOutcome = "removed" | "already gone";
 
+/**
+ * The delete the dynamic-provider server calls on a stored provider that is
+ * the provider module itself (resource.ts): the server ignores the outcome,
+ * and Pulumi's type says void.
+ */
+export function deleteForServer(
+  remove: (id: string, props: Props) => Promise<DeleteOutcome>,
+): (id: string, props: Props) => Promise<void> {
+  return async (id, props) => {
+    await remove(id, props);
+  };
+}
+
 // ---- update ------------------------------------------------------------------------------------
 
 /**

@@ -4,9 +4,11 @@
  * read.ts, update.ts, delete.ts) over the modules they call. check and diff are pure and offline,
  * so `pulumi preview` works in CI without any route to a hypervisor.
  *
- * FROZEN: this module's path (dist/provider/kvm/provider.js) and the exports
- * configure, check, diff, create, read, update and remove are required by the
- * provider code stored in every KvmProxy's state (see resource.ts).
+ * FROZEN: this module's path (dist/provider/kvm/provider.js); the exports
+ * configure, check, diff, create, read, update and delete, which the
+ * dynamic-provider server calls on this module (it is the provider stored in
+ * every state, resource.ts); and remove, which the closures stored up
+ * to 0.1.0 call (docs/frozen-api.md).
  */
 import type * as pulumi from "@pulumi/pulumi";
 import { checkWithAutonaming } from "../common/check";
@@ -14,6 +16,7 @@ import { budgetedSteps } from "../common/disruption-rules";
 import { rememberGoneHosts } from "../common/gone-hosts";
 import type { CheckFailure } from "../common/inputs";
 import { changeTableWithGuestFiles } from "../common/guest-files";
+import { deleteForServer } from "../common/lifecycle";
 import { decideMemberDiff } from "../common/state-rules";
 import { rememberKvmProviderConfig } from "./connect";
 import { KVM_CHANGE_TABLE } from "./diff";
@@ -73,3 +76,10 @@ export async function diff(
     deleteBeforeReplace: decision.deleteBeforeReplace,
   };
 }
+
+/**
+ * FROZEN: what the dynamic-provider server calls to delete, on the stored
+ * provider that since this release is this module itself (resource.ts).
+ */
+const deleteProxyForServer = deleteForServer(remove);
+export { deleteProxyForServer as delete };

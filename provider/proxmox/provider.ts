@@ -3,6 +3,7 @@ import { containsUnknown } from "../common/inputs";
 import { rememberGoneHosts } from "../common/gone-hosts";
 import { budgetedSteps } from "../common/disruption-rules";
 import { changeTableWithGuestFiles } from "../common/guest-files";
+import { deleteForServer } from "../common/lifecycle";
 import { decideMemberDiff } from "../common/state-rules";
 import { rememberProviderConfig } from "./connection";
 import { DiffDecision, PROXMOX_CHANGE_TABLE } from "./diff";
@@ -19,10 +20,11 @@ import type { Props } from "./steps";
  * update.ts, delete.ts) over the steps in vm.ts and seed.ts. The flow, the facts (Fn) and the rules are
  * those of docs/proxmox.md, "Proxmox VE behaviours we rely on".
  *
- * FROZEN: this module's path (dist/provider/proxmox/provider.js) and the
- * exports configure, check, diff, create, read, update and remove are
- * required by the provider code stored in every ProxmoxProxy's state (see
- * resource.ts); so is deleteProxy, the name earlier versions' stored code calls.
+ * FROZEN: this module's path (dist/provider/proxmox/provider.js); the exports
+ * configure, check, diff, create, read, update and delete, which the
+ * dynamic-provider server calls on this module (it is the provider stored in
+ * every state, resource.ts); and remove and deleteProxy, which closures
+ * stored up to 0.1.0 call (docs/frozen-api.md).
  */
 
 /** Each step within the disruption budget (common/disruption-rules.ts). */
@@ -66,3 +68,10 @@ export async function diff(_id: string, olds: Props, news: Props): Promise<DiffD
  * earlier releases calls (KvmProxy and StaticProxy always said `remove`).
  */
 export const deleteProxy = remove;
+
+/**
+ * FROZEN: what the dynamic-provider server calls to delete, on the stored
+ * provider that since this release is this module itself (resource.ts).
+ */
+const deleteProxyForServer = deleteForServer(remove);
+export { deleteProxyForServer as delete };

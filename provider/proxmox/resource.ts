@@ -12,27 +12,20 @@ import { proxmoxProxyInputsSchema } from "./schema";
 import type { EgressProblem } from "../common/egress-recheck";
 
 /**
- * The provider object Pulumi serializes into state. It captures nothing but
- * the implementation module (emitted as a `require` of this package), so no
- * credential or live handle ends up in the closure.
+ * The provider Pulumi serializes into state: the implementation module itself,
+ * which the closure serializer emits as one `require` of this package (about
+ * 300 bytes per copy where seven wrapper functions took 2000, stored in both
+ * inputs and outputs of every member), so no credential or live handle ends
+ * up in the closure.
  *
  * FROZEN: every ProxmoxProxy's state stores this closure, which requires
- * `egress-proxies/dist/provider/proxmox/provider.js` and calls the exports
- * named here; delete and refresh run that stored code. Moving or renaming
- * either needs a shim at the old path (docs/frozen-api.md;
- * test/engine/frozen-api.test.ts).
+ * `egress-proxies/dist/provider/proxmox/provider.js`; the dynamic-provider server
+ * calls configure, check, diff, create, read, update and delete on it, and the
+ * closures stored by earlier releases call remove, and deleteProxy. delete and refresh
+ * run that stored code. Moving the module or renaming an export needs a shim
+ * at the old path (docs/frozen-api.md; test/engine/frozen-api.test.ts).
  */
-const proxmoxProvider: pulumi.dynamic.ResourceProvider = {
-  configure: (request) => implementation.configure(request),
-  check: (olds, news) => implementation.check(olds, news),
-  diff: (id, olds, news) => implementation.diff(id, olds, news),
-  create: (inputs) => implementation.create(inputs),
-  read: (id, props) => implementation.read(id, props) as Promise<pulumi.dynamic.ReadResult>,
-  update: (id, olds, news) => implementation.update(id, olds, news),
-  delete: async (id, props) => {
-    await implementation.remove(id, props);
-  },
-};
+const proxmoxProvider: pulumi.dynamic.ResourceProvider = implementation;
 
 export interface ProxmoxProxyArgs extends IpFamilyArgs {
   /** API URL, e.g. https://pve.example:8006. Else config egress-proxies:proxmoxEndpoint or PROXMOX_VE_ENDPOINT. */

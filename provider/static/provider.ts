@@ -15,6 +15,7 @@ import { containsUnknown, type CheckFailure } from "../common/inputs";
 import {
   checkedInputs as checkedInputsOf,
   deadlineFor,
+  deleteForServer,
   inputsOnly,
   stepsWithin,
   type DeleteOutcome,
@@ -207,3 +208,10 @@ function outputsOf(
 
 const isIpAddress = (host: string): boolean =>
   /^\d{1,3}(\.\d{1,3}){3}$/.test(host) || host.includes(":");
+
+/**
+ * FROZEN: what the dynamic-provider server calls to delete, on the stored
+ * provider that since this release is this module itself (resource.ts).
+ */
+const deleteProxyForServer = deleteForServer(remove);
+export { deleteProxyForServer as delete };

@@ -20,6 +20,7 @@ import * as domainXml from "../../provider/kvm/domain-xml";
 import * as naming from "../../provider/kvm/naming";
 import * as proxmox from "../../provider/proxmox/provider";
 import { captureResourceInputs, packIntoConsumerProject, type ConsumerProject } from "./harness";
+import { STORED_PROVIDER_CLOSURES_0_1_0 } from "./stored-provider-closures";
 
 const PACKAGE = "egress-proxies";
 /** Loads a file of the installed package as Pulumi's provider process would. */
@@ -28,10 +29,10 @@ const load = createRequire(__filename);
 interface FrozenResource {
   /** The package-relative module the stored closure requires. */
   module: string;
-  /** Every export the stored closure calls (old state calls these, by these names). */
+  /** What the dynamic-provider server calls on the stored provider, which is the module itself. */
   exports: readonly string[];
   /** Names closures stored by earlier releases call: exported for them, not called by new ones. */
-  formerExports?: readonly string[];
+  formerExports: readonly string[];
   type: string;
   /** Enough args to construct the resource under mocks (nothing is contacted). */
   args: Record<string, unknown>;
@@ -45,7 +46,9 @@ interface FrozenResource {
 const FROZEN_RESOURCES: Record<string, FrozenResource> = {
   KvmProxy: {
     module: "dist/provider/kvm/provider.js",
-    exports: ["configure", "check", "diff", "create", "read", "update", "remove"],
+    exports: ["configure", "check", "diff", "create", "read", "update", "delete"],
+    // What the closures stored up to 0.1.0 call (seven wrappers around the module).
+    formerExports: ["remove"],
     type: "pulumi-nodejs:dynamic/egress-proxies:KvmProxy",
     args: {
       image: { url: "https://images.invalid/debian-13.qcow2" },
@@ -56,9 +59,9 @@ const FROZEN_RESOURCES: Record<string, FrozenResource> = {
   },
   ProxmoxProxy: {
     module: "dist/provider/proxmox/provider.js",
-    exports: ["configure", "check", "diff", "create", "read", "update", "remove"],
-    // What the closure stored by earlier versions calls: still exported, no longer called.
-    formerExports: ["deleteProxy"],
+    exports: ["configure", "check", "diff", "create", "read", "update", "delete"],
+    // What the closures stored by earlier versions call: still exported, no longer called.
+    formerExports: ["remove", "deleteProxy"],
     type: "pulumi-nodejs:dynamic/egress-proxies:ProxmoxProxy",
     args: { node: "pve", apiEndpoint: "https://pve.invalid:8006" },
     stateKeys: ["vmName", "vmid"],
@@ -66,7 +69,8 @@ const FROZEN_RESOURCES: Record<string, FrozenResource> = {
   },
   StaticProxy: {
     module: "dist/provider/static/provider.js",
-    exports: ["check", "diff", "create", "read", "update", "remove"],
+    exports: ["check", "diff", "create", "read", "update", "delete"],
+    formerExports: ["remove"],
     type: "pulumi-nodejs:dynamic/egress-proxies:StaticProxy",
     args: { url: "http://proxy.invalid:3128" },
     stateKeys: ["endpoint", "state"],
@@ -75,6 +79,20 @@ const FROZEN_RESOURCES: Record<string, FrozenResource> = {
 };
 
 const POOL_TYPE = "egress-proxies:index:EgressProxyPool";
+
+type StoredProvider = Record<string, (...args: unknown[]) => Promise<unknown>> & {
+  check(olds: object, news: object): Promise<unknown>;
+};
+
+/** A stored `__provider` evaluated as the dynamic-provider server does, inside the consumer project. */
+function evaluateStoredClosure(project: ConsumerProject, stored: string): StoredProvider {
+  const inProject = createRequire(join(project.dir, "index.js"));
+  const requireFromString = inProject("require-from-string") as (
+    code: string,
+    filename: string,
+  ) => { handler(): StoredProvider };
+  return requireFromString(stored, join(project.dir, "stored-provider.js")).handler();
+}
 
 /** `const x = require("egress-proxies/…")` lines of a serialized closure, and what it calls on each. */
 function requiresOf(serialized: string): Array<{ path: string; calls: string[] }> {
@@ -127,22 +145,55 @@ describe("frozen API: what existing state and VMs depend on (docs/frozen-api.md)
         const file = join(installed, frozen.module);
         assert.ok(existsSync(file), `${frozen.module} is missing from the packed package`);
         const module = load(file) as Record<string, unknown>;
-        for (const method of [...frozen.exports, ...(frozen.formerExports ?? [])])
+        for (const method of [...frozen.exports, ...frozen.formerExports])
           assert.equal(typeof module[method], "function", `${frozen.module} must export ${method}`);
       });
 
-      it("its serialized provider requires only frozen paths and calls only frozen exports", async () => {
+      it("its serialized provider is the frozen module itself: one require, nothing else stored", async () => {
         const captured = await captureResourceInputs(project, name, "frozen", frozen.args);
         assert.equal(captured.type, frozen.type);
-        const requires = requiresOf(String(captured.inputs.__provider));
+        const stored = String(captured.inputs.__provider);
+        const requires = requiresOf(stored);
         assert.deepEqual(
           requires.map((r) => r.path),
           [`${PACKAGE}/${frozen.module}`],
           "the closure stored in state requires exactly the frozen module; a moved module needs a shim at the old path, a new path is frozen from its first release (add it here and to docs/frozen-api.md)",
         );
+        const provider = evaluateStoredClosure(project, stored);
+        assert.equal(
+          provider,
+          load(join(installed, frozen.module)),
+          "the stored provider is the module",
+        );
+        for (const method of frozen.exports)
+          assert.equal(typeof provider[method], "function", `the server calls ${method}`);
+        assert.ok(
+          stored.length < 600,
+          `the stored provider is ${stored.length} bytes, once per input and output`,
+        );
+      });
+
+      it("the closure releases up to 0.1.0 stored still runs: it calls only former or frozen exports, and its check is today's", async () => {
+        const stored = STORED_PROVIDER_CLOSURES_0_1_0[name];
+        const requires = requiresOf(stored);
+        assert.deepEqual(
+          requires.map((r) => r.path),
+          [`${PACKAGE}/${frozen.module}`],
+        );
         for (const call of requires[0].calls)
-          assert.ok(frozen.exports.includes(call), `the stored closure calls ${call}, not frozen`);
-        assert.deepEqual(requires[0].calls, [...frozen.exports].sort());
+          assert.ok(
+            [...frozen.exports, ...frozen.formerExports].includes(call),
+            `old state calls ${call}, which must stay exported`,
+          );
+        const provider = evaluateStoredClosure(project, stored);
+        const captured = await captureResourceInputs(project, name, "frozen", frozen.args);
+        const module = load(join(installed, frozen.module)) as typeof provider;
+        // Olds with a name already chosen: check would otherwise draw a new random one each call.
+        const { inputs: olds } = (await module.check({}, captured.inputs)) as { inputs: object };
+        assert.deepEqual(
+          await provider.check(olds, captured.inputs),
+          await module.check(olds, captured.inputs),
+        );
       });
 
       if (frozen.namesVm)

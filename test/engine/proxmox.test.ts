@@ -3,6 +3,7 @@ import type { PveSimulator } from "../pve-sim/simulator";
 import { simulatorProxyArgs, useEngineFixture } from "./engine-fixture";
 import { captureResourceInputs, EngineCallError, FakeEngine, Props } from "./harness";
 import { planSummary, refreshAndHeal, refreshThenPlan } from "./resync";
+import { STORED_PROVIDER_CLOSURES_0_1_0 } from "./stored-provider-closures";
 
 const UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
 
@@ -219,6 +220,46 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     // Refresh after delete: the resource is gone (empty id).
     const gone = await server.read(urn, created.id, updated, inputs);
     assert.equal(gone.id, "");
+  });
+
+  it("state a 0.1.0 release wrote, with its stored provider closure: refresh runs through it, the next up carries today's small closure into state without touching the VM, destroy through the old closure deletes", async () => {
+    const server = await fixture.startServer();
+    await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
+    const captured = await captureResourceInputs(
+      fixture.project,
+      "ProxmoxProxy",
+      "edge-old",
+      programArgs(),
+    );
+    const { inputs } = await server.check(captured.urn, {}, captured.inputs);
+    const created = await server.create(captured.urn, inputs);
+    const vmid = Number(created.properties.vmid);
+    const oldClosure = STORED_PROVIDER_CLOSURES_0_1_0.ProxmoxProxy;
+    const oldOutputs = { ...created.properties, __provider: oldClosure };
+    const oldInputs = { ...inputs, __provider: oldClosure };
+
+    const read = await server.read(captured.urn, created.id, oldOutputs, oldInputs);
+    assert.equal(read.id, created.id);
+    assert.equal(read.properties.state, "running");
+    assert.equal(read.properties.__provider, oldClosure, "refresh keeps the stored code");
+
+    const diff = await server.diff(captured.urn, created.id, read.properties, inputs);
+    assert.deepEqual(
+      [diff.changes, diff.replaces],
+      ["some", []],
+      "new provider code must reach state",
+    );
+    const configBefore = JSON.stringify(sim.vms.get(vmid)!.config);
+    const requestsBefore = sim.requestLog.length;
+    const updated = await server.update(captured.urn, created.id, read.properties, inputs);
+    assert.equal(updated.__provider, inputs.__provider);
+    assert.ok(String(updated.__provider).length < 600);
+    const sent = sim.requestLog.slice(requestsBefore);
+    assert.deepEqual(sent, [], "the update carrying new code asks the host nothing");
+    assert.equal(JSON.stringify(sim.vms.get(vmid)!.config), configBefore);
+
+    await server.delete(captured.urn, created.id, oldOutputs);
+    assert.equal(sim.vms.has(vmid), false, "destroy through the 0.1.0 closure deleted the VM");
   });
 
   it("adopts this stack's VM with ProxmoxProxy.get (a ReadResource) and refuses another stack's", async () => {
