@@ -445,6 +445,12 @@ async function fullRun(): Promise<number> {
   return finishing;
 }
 
+// A reader that went away (`npm test | head`, a terminal closed under the run) turns every later write
+// into an EPIPE error. Unhandled, it reached the uncaughtException handler, whose own report failed the
+// same way: the runner spun at 100 % CPU, deaf to SIGTERM, and never took the labs down. The output is
+// lost; the run, its logs under .tmp and its teardown are not.
+for (const stream of [process.stdout, process.stderr]) stream.on("error", () => undefined);
+
 const run = process.argv.includes("--quick")
   ? quickRun(process.argv.includes("--floor"))
   : fullRun();
