@@ -41,6 +41,7 @@ import { inIpv6Prefix } from "./egress-samples";
 import type { IpFamily } from "./ip-families";
 import { fetchThroughProxy, type ProxyCredentials } from "./proxy-probe";
 import { tryTcpConnect } from "./readiness";
+import { Turns } from "./turns";
 
 type Props = Record<string, unknown>;
 
@@ -49,6 +50,16 @@ export const RECHECK_ATTEMPTS = 3;
 /** Each try is capped as one attempt of create's egress check is. */
 const ATTEMPT_CAP_MS = 10_000;
 const PAUSE_MS = 2_000;
+/** What one re-check may take: queueing for a turn never cuts into it. */
+const RECHECK_NEEDS_MS = RECHECK_ATTEMPTS * ATTEMPT_CAP_MS + (RECHECK_ATTEMPTS - 1) * PAUSE_MS;
+
+/**
+ * Re-checks in flight in the provider process: 64 in all (the runner's
+ * sockets, and a thousand-member refresh at once still done in seconds with
+ * probes of tens of milliseconds), 32 to any one echo service (every probe's
+ * request lands there; a public one rate-limits). docs/scale.md has the measurement.
+ */
+export const RECHECK_TURNS = new Turns({ total: 64, perKey: 32 });
 
 /** Output key: what the last re-check found wrong, null when it passed. FROZEN: state carries it. */
 export const EGRESS_PROBLEM_KEY = "egressProblem";
@@ -175,10 +186,29 @@ const familyOf = (address: string): IpFamily => (isIP(address) === 6 ? "ipv6" : 
  * One re-check of a proxy found running: the egress URL through it when the
  * resource has an egress check, else its port; with `ipv6`, the IPv6 side
  * too (`ipv6Url` through the IPv6 address), concurrently, within the same
- * deadline. Never throws: what it finds is the result. `previous` are the
- * outputs state holds.
+ * deadline. What it finds is the result; it throws only a TransientError
+ * when the process's re-checks in flight (RECHECK_TURNS) left it no turn
+ * while its deadline still had room for it. `previous` are the outputs state holds.
  */
 export async function recheckEgress(
+  proxy: { host: string; port: number },
+  check: RecheckCheck | undefined,
+  previous: Props,
+  deadline: Deadline,
+  ipv6?: Ipv6Side,
+): Promise<RecheckFinding> {
+  // A port-only re-check lands on the proxy itself: only the total binds it.
+  const lands = check === undefined ? `[${proxy.host}]:${proxy.port}` : new URL(check.url).host;
+  return RECHECK_TURNS.run(
+    lands,
+    deadline,
+    RECHECK_NEEDS_MS,
+    `the egress re-check through the proxy at [${proxy.host}]:${proxy.port}`,
+    () => recheckNow(proxy, check, previous, deadline, ipv6),
+  );
+}
+
+async function recheckNow(
   proxy: { host: string; port: number },
   check: RecheckCheck | undefined,
   previous: Props,
