@@ -46,6 +46,20 @@ export const gatewayConfigSchema = z
           replicas: z.number().optional(),
           image: z.string().optional(),
           serviceType: z.enum(["ClusterIP", "LoadBalancer", "NodePort"]).optional(),
+          // The pool's own rules (gateway-kubernetes.ts) judge the values and name the fix.
+          metrics: z
+            .strictObject(
+              {
+                port: z.number().optional(),
+                image: z.string().optional(),
+                packageSpec: z.string().optional(),
+              },
+              {
+                error:
+                  "gateway.kubernetes.metrics must be an object: {} for the defaults, or { port: 9102 }",
+              },
+            )
+            .optional(),
         })
         .optional(),
       vm: z

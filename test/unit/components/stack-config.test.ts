@@ -647,6 +647,44 @@ describe("root program: the gateway in stack config", () => {
     assert.ok(wrapped.includes("crawler-password-1") && wrapped.includes("team-b-password-2"));
   });
 
+  it("publishes the gateway's metrics when kubernetes.metrics is given, and names a bad port by its key", () => {
+    const result = poolArgsFromStackConfig(
+      {
+        pool: pool({
+          users: ["crawler"],
+          kubernetes: { namespace: "crawlers", metrics: { port: 9200 } },
+        }),
+        gatewayPasswords: JSON.stringify({ crawler: "crawler-password-1" }),
+      },
+      (text) => `secret(${text.length})`,
+    );
+    assert.ok(result.ok, result.ok ? "" : result.problems.join("\n"));
+    assert.deepEqual(result.args.gateway?.kubernetes, {
+      namespace: "crawlers",
+      metrics: { port: 9200 },
+    });
+    const problems = problemsOf({
+      pool: pool({
+        users: ["crawler"],
+        kubernetes: { namespace: "crawlers", metrics: { port: 80 } },
+      }),
+      gatewayPasswords: JSON.stringify({ crawler: "crawler-password-1" }),
+    });
+    assert.deepEqual(problems, [
+      "egress-proxies:pool.gateway.kubernetes.metrics.port must be a whole number from 1024 to 65535 (the sidecar runs unprivileged), e.g. 9102",
+    ]);
+    const misspelt = problemsOf({
+      pool: pool({
+        users: ["crawler"],
+        kubernetes: { namespace: "crawlers", metrics: { prot: 9200 } },
+      }),
+      gatewayPasswords: JSON.stringify({ crawler: "crawler-password-1" }),
+    });
+    assert.equal(misspelt.length, 1);
+    assert.match(misspelt[0]!, /gateway\.kubernetes\.metrics/);
+    assert.match(misspelt[0]!, /prot/);
+  });
+
   it("names every problem by its key, never quoting a password", () => {
     const problems = problemsOf({
       pool: pool({ users: ["crawler", "nobody"], vm: { backend: "elsewhere" } }),
