@@ -129,7 +129,8 @@ describe("no dead code", function () {
         if (symbol.declarations?.[0]?.getSourceFile() !== file) continue; // a re-export
         checked++;
         if (publicSymbols.has(symbol) || (uses.get(symbol)?.size ?? 0) > 0) continue;
-        if (STORED_PROVIDER_MODULES.includes(name(file)) && SERVER_CALLS.has(exported.name)) continue;
+        if (STORED_PROVIDER_MODULES.includes(name(file)) && SERVER_CALLS.has(exported.name))
+          continue;
         unused.push(`${name(file)}: ${exported.name}`);
       }
     }
