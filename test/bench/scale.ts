@@ -5,7 +5,7 @@
  * (`@pulumi/pulumi/cmd/dynamic-provider`, in a child process started from a
  * consumer project where the package is installed as users install it:
  * test/engine/harness.ts), on the Proxmox simulator (NODES nodes,
- * scale-pve.ts) and on StaticProxy (loopback proxies, scale-static.ts).
+ * test/engine/proxmox-fleet.ts) and on StaticProxy (loopback proxies, scale-static.ts).
  *
  * The parallelism modelled is the Pulumi CLI's default for `pulumi refresh`:
  * the engine makes one refresh step per resource and hands them all to its
@@ -53,17 +53,14 @@ import {
 import type { PveSimulator } from "../pve-sim/simulator";
 import { median, printBench, printBenchFact } from "./measure";
 import { runPoolProgram } from "./scale-program";
+import { callsByEndpoint, jsonBytes, mean, peakRssMb } from "./scale-measure";
 import {
-  callsByEndpoint,
   engineDefaultParallelism,
-  jsonBytes,
-  mean,
-  peakRssMb,
   refreshAsEngine,
   UNBOUNDED,
   type StoredMember,
-} from "./scale-measure";
-import { NODES, proxmoxReadProblem, startProxmoxFleet } from "./scale-pve";
+} from "../engine/refresh-as-engine";
+import { NODES, proxmoxReadProblem, startProxmoxFleet } from "../engine/proxmox-fleet";
 import {
   createStaticMembers,
   serverConcurrency,
