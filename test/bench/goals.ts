@@ -202,7 +202,8 @@ export const GOALS: readonly Goal[] = [
     issue: "(issue 32) all calls per member at 1000 no more than at N = 10",
   },
   // Part 2 chose a bound per host over one connection per host (docs/scale.md, "Dials"): HTTP/1.1
-  // runs one request per connection (F18), so one connection would serialize a node's calls.
+  // runs one request per connection (F18 in docs/proxmox.md, section 9), so one connection would
+  // serialize a node's calls.
   // The factor is CONNECTIONS_PER_ENDPOINT in provider/proxmox/client.ts.
   {
     key: "scale_dials_per_refresh_1000",
