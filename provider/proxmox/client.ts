@@ -183,9 +183,9 @@ export class ProxmoxClient {
  * the host pays for). HTTP/1.1 only (F18): one request per connection at a
  * time, so this is also how many requests run at once; the rest queue in the
  * pool, inside their deadlines. More would not be answered sooner: pveproxy
- * hands the calls that need root (status, the VM index, tasks) to pvedaemon,
- * which runs 3 workers (`max_workers => 3` in pve-manager's
- * PVE/Service/pvedaemon.pm). A refresh's Reads keep at most two requests in
+ * hands the calls that need root (`protected` in qemu-server, as the VM index
+ * and status/current are) to pvedaemon, which runs 3 workers (`max_workers =>
+ * 3` in pve-manager's PVE/Service/pvedaemon.pm). A refresh's Reads keep at most two requests in
  * flight each; a create keeps two (the seed upload beside the clone's task
  * polls). Before issue 32 the bound was 64 and a refresh of 1000 members
  * opened 5–6 connections per host at `--parallel` 8, 150 unbounded.
