@@ -4,6 +4,7 @@ import { Agent, fetch } from "undici";
 import { PermanentError } from "../common/errors";
 import { redactUrl, SecretValue } from "../common/redact";
 import { classifyApiFailure, classifyTransportFailure } from "./classify";
+import { forgetNodeListings } from "./node-listings";
 
 /** Where and how to reach one Proxmox VE API. */
 export interface ProxmoxConnection {
@@ -47,6 +48,11 @@ export class ProxmoxClient {
   readonly endpoint: string;
   /** How many HTTP requests this client sent: the benchmark reads it. */
   requestCount = 0;
+  /**
+   * Who asks, for listings shared between clients (node-listings.ts): the
+   * endpoint and the token id (what PVE filters an index by), never the secret.
+   */
+  readonly listingScope: string;
   private readonly pool: Agent;
   private readonly authorization: SecretValue<string>;
   /** The token's id and where it was set: a 401 names them (never the secret). */
@@ -61,6 +67,7 @@ export class ProxmoxClient {
     const token = parseApiToken(connection.apiToken.reveal(), source);
     this.authorization = new SecretValue(token.header);
     this.token = { id: token.id, source };
+    this.listingScope = `${this.endpoint}|${token.id}`;
     this.pool = poolFor(this.endpoint, connection.caCertPem, connection.insecure === true);
   }
 
@@ -139,6 +146,9 @@ export class ProxmoxClient {
     let status: number;
     let reasonPhrase: string;
     let text: string;
+    // Any request but a read may change the node (even one that failed midway):
+    // the listings asked of it before are not handed out after the answer.
+    const changes = method !== "GET";
     try {
       const response = await fetch(`${this.endpoint}/api2/json${path}`, {
         method,
@@ -152,6 +162,8 @@ export class ProxmoxClient {
       text = await response.text();
     } catch (error) {
       throw classifyTransportFailure(method, path, error, timeoutMs);
+    } finally {
+      if (changes) forgetNodeListings(nodeOfPath(path));
     }
     const parsed = parseJson(text);
     if (status >= 200 && status < 300) return (parsed?.data ?? null) as T;
@@ -166,6 +178,20 @@ export class ProxmoxClient {
   }
 }
 
+/**
+ * At most this many connections to one API endpoint (each a TLS handshake
+ * the host pays for). HTTP/1.1 only (F18): one request per connection at a
+ * time, so this is also how many requests run at once; the rest queue in the
+ * pool, inside their deadlines. More would not be answered sooner: pveproxy
+ * hands the calls that need root (`protected` in qemu-server, as the VM index
+ * and status/current are) to pvedaemon, which runs 3 workers (`max_workers =>
+ * 3` in pve-manager's PVE/Service/pvedaemon.pm). A refresh's Reads keep at most two requests in
+ * flight each; a create keeps two (the seed upload beside the clone's task
+ * polls). Before issue 32 the bound was 64 and a refresh of 1000 members
+ * opened 5–6 connections per host at `--parallel` 8, 150 unbounded.
+ */
+const CONNECTIONS_PER_ENDPOINT = 4;
+
 /** Pools outlive a single create; keyed by what changes the TLS handshake, never by the token. */
 const pools = new Map<string, Agent>();
 
@@ -173,12 +199,8 @@ function poolFor(endpoint: string, caCertPem: string | undefined, insecure: bool
   const key = `${endpoint}|${insecure}|${caCertPem === undefined ? "" : createHash("sha256").update(caCertPem).digest("hex")}`;
   let pool = pools.get(key);
   if (pool === undefined) {
-    // HTTP/1.1 only (F18): one request per connection at a time. Each create
-    // keeps up to two in flight (the seed upload beside the clone's task
-    // polls), and one `pulumi up` runs many creates at once: enough keep-alive
-    // connections that none waits for another's socket.
     pool = new Agent({
-      connections: 64,
+      connections: CONNECTIONS_PER_ENDPOINT,
       pipelining: 1,
       allowH2: false,
       connect: {
@@ -283,6 +305,12 @@ function parameterErrors(body: PveBody | undefined): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [key, value] of Object.entries(errors)) out[key] = String(value);
   return out;
+}
+
+/** The node a request path addresses (`/nodes/{node}/…`), or undefined for a cluster-wide path. */
+function nodeOfPath(path: string): string | undefined {
+  const match = /^\/nodes\/([^/?]+)/.exec(path);
+  return match === null ? undefined : decodeURIComponent(match[1]!);
 }
 
 /** Path segment encoding; UPIDs contain ':' and '@' and '!' and must be encoded (docs/proxmox.md, section 9). */

@@ -9,10 +9,14 @@
 import type { Deadline } from "../common/deadline";
 import { type ProxmoxClient, segment } from "./client";
 import { bootDisk } from "./vm-config";
+import { sharedIsoContent } from "./node-listings";
 
 const CALL_MS = 30_000;
 
-/** Whether the seed ISO is on its storage: one listing of the storage's ISO content. */
+/**
+ * Whether the seed ISO is on its storage: one listing of the storage's ISO
+ * content, shared by the Reads of the node's members (node-listings.ts).
+ */
 export async function seedIsPresent(
   client: ProxmoxClient,
   node: string,
@@ -20,12 +24,15 @@ export async function seedIsPresent(
   deadline: Deadline,
 ): Promise<boolean> {
   const storage = seedVolume.split(":")[0] ?? "";
-  const content = await client.get<Array<{ volid?: string }>>(
-    `/nodes/${segment(node)}/storage/${segment(storage)}/content`,
-    { content: "iso" },
-    { timeoutMs: deadline.capped(CALL_MS) },
-  );
-  return content.some((entry) => entry.volid === seedVolume);
+  const volumes = await sharedIsoContent(client.listingScope, node, storage, async () => {
+    const content = await client.get<Array<{ volid?: string }>>(
+      `/nodes/${segment(node)}/storage/${segment(storage)}/content`,
+      { content: "iso" },
+      { timeoutMs: deadline.capped(CALL_MS) },
+    );
+    return new Set(content.flatMap((entry) => (entry.volid === undefined ? [] : [entry.volid])));
+  });
+  return volumes.has(seedVolume);
 }
 
 /** Why a VM found on the node must be replaced, or undefined when it can be healed in place. */

@@ -20,7 +20,14 @@ import {
   proxyEndpoint,
   type Ipv6Settings,
 } from "../common/ip-families";
-import { agentAddresses, getConfig, getStatus, guestViewOfVm, VmRef, VmStatus } from "./vm";
+import {
+  agentAddresses,
+  getConfig,
+  guestViewOfVm,
+  statusFromNodeIndex,
+  VmRef,
+  VmStatus,
+} from "./vm";
 import { observedInputs } from "./observed";
 import { adoptedCreation } from "./adoption";
 import {
@@ -56,7 +63,7 @@ export async function read(
   const settings = settingsOf(props);
   const deadline = deadlineFor(settings.timeouts, "read");
   const step = stepsWithin(deadline);
-  const status = await step("read status", () => getStatus(client, ref, deadline)).catch(
+  const status = await step("read status", () => statusFromNodeIndex(client, ref, deadline)).catch(
     notFoundAsUndefined,
   );
   const seedVolume = seedVolumeOf(props);

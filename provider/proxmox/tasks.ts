@@ -3,6 +3,7 @@ import { EgressProxyError, isTransient, PermanentError } from "../common/errors"
 import { Deadline, sleepWithin } from "../common/deadline";
 import { ProxmoxClient, segment } from "./client";
 import { classifyTaskFailure } from "./classify";
+import { forgetNodeListings } from "./node-listings";
 
 /** UPID:<node>:<pid 8 hex>:<pstart 8-9 hex>:<starttime 8 hex>:<type>:<id>:<user>: (docs/proxmox.md, section 9, "Also relied on"). */
 export interface Upid {
@@ -122,6 +123,20 @@ export async function waitForTask(
 ): Promise<void> {
   if (upidText === null || upidText === undefined) return;
   const upid = parseUpid(upidText);
+  try {
+    await pollUntilStopped(client, upid, options);
+  } finally {
+    // The task changed its node while it ran (a clone, a start, a seed copy):
+    // no listing asked before it ended answers a Read after (node-listings.ts).
+    forgetNodeListings(upid.node);
+  }
+}
+
+async function pollUntilStopped(
+  client: ProxmoxClient,
+  upid: Upid,
+  options: WaitOptions,
+): Promise<void> {
   const statusPath = `/nodes/${segment(upid.node)}/tasks/${segment(upid.text)}/status`;
   // A task already older than the first pause is asked about at once.
   let poll = pausesLivedThrough(Date.now() - (options.startedAt ?? Date.now()), options);

@@ -4,6 +4,7 @@ import { GUEST_SOCKET_TABLES, guestViewOf, type GuestView } from "../common/gues
 import { pickIpv6, type Ipv6Settings } from "../common/ip-families";
 import { FormFields, ProxmoxClient, segment } from "./client";
 import { StartedTask, waitForStarted, waitForTask } from "./tasks";
+import { IndexedVm, sharedVmIndex } from "./node-listings";
 
 /**
  * The Proxmox calls the provider's stories are made of, one function per API
@@ -75,6 +76,45 @@ export async function getStatus(
     `${vmPath(ref)}/status/current`,
     {},
     { timeoutMs: deadline.capped(CALL_MS) },
+  );
+}
+
+/**
+ * Read's status of a VM: its entry in the node's VM index (F25: status,
+ * paused, lock), the index shared by the Reads of a refresh. A VM the index
+ * lacks (gone, moved to another node, hidden from the token) is asked
+ * `status/current`, so that F2 (gone) or a 403 reaches read exactly as before
+ * the index was shared. An index that failed fails the step with its own
+ * error, classified as status/current's would be (the same node, the same
+ * token): a 401 stays the operation's last request (F22).
+ */
+export async function statusFromNodeIndex(
+  client: ProxmoxClient,
+  ref: VmRef,
+  deadline: Deadline,
+): Promise<VmStatus> {
+  const index = await sharedVmIndex(client.listingScope, ref.node, () =>
+    listNodeVms(client, ref.node, deadline),
+  );
+  return index.get(ref.vmid) ?? getStatus(client, ref, deadline);
+}
+
+/** F25: `full=1` so that a paused VM shows (`qmpstatus`). */
+async function listNodeVms(
+  client: ProxmoxClient,
+  node: string,
+  deadline: Deadline,
+): Promise<ReadonlyMap<number, IndexedVm>> {
+  const entries = await client.get<Array<IndexedVm & { vmid: number }>>(
+    `/nodes/${segment(node)}/qemu`,
+    { full: 1 },
+    { timeoutMs: deadline.capped(CALL_MS) },
+  );
+  return new Map(
+    entries.map(({ vmid, status, qmpstatus, lock, name }) => [
+      Number(vmid),
+      { status, qmpstatus, lock, name },
+    ]),
   );
 }
 

@@ -6,7 +6,7 @@
  * its own in the consumer project (the package installed as users install
  * it; mocks never leak), which also hands back one member's inputs as the
  * pool registered them (secret marks removed): the inputs a member's state
- * holds, which the refresh bench reads with (scale-pve.ts).
+ * holds, which the refresh bench reads with (test/engine/proxmox-fleet.ts).
  */
 import { spawn } from "node:child_process";
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";

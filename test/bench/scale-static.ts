@@ -24,7 +24,7 @@ import {
   type Props,
 } from "../engine/harness";
 import { median } from "./measure";
-import type { StoredMember } from "./scale-measure";
+import type { StoredMember } from "../engine/refresh-as-engine";
 
 const TYPE = "pulumi-nodejs:dynamic/egress-proxies:StaticProxy";
 /** Creates in flight while the fleet is built (not measured). */

@@ -5,7 +5,7 @@
  * (`@pulumi/pulumi/cmd/dynamic-provider`, in a child process started from a
  * consumer project where the package is installed as users install it:
  * test/engine/harness.ts), on the Proxmox simulator (NODES nodes,
- * scale-pve.ts) and on StaticProxy (loopback proxies, scale-static.ts).
+ * test/engine/proxmox-fleet.ts) and on StaticProxy (loopback proxies, scale-static.ts).
  *
  * The parallelism modelled is the Pulumi CLI's default for `pulumi refresh`:
  * the engine makes one refresh step per resource and hands them all to its
@@ -44,6 +44,7 @@
 import { availableParallelism } from "node:os";
 import { closeAllProxmoxPools, ProxmoxClient } from "../../provider/proxmox/client";
 import { SecretValue } from "../../provider/common/redact";
+import { NODE_LISTING_WINDOW_MS } from "../../provider/proxmox/node-listings";
 import {
   packIntoConsumerProject,
   DynamicProviderServer,
@@ -53,17 +54,14 @@ import {
 import type { PveSimulator } from "../pve-sim/simulator";
 import { median, printBench, printBenchFact } from "./measure";
 import { runPoolProgram } from "./scale-program";
+import { callsByEndpoint, endpointOf, jsonBytes, mean, peakRssMb } from "./scale-measure";
 import {
-  callsByEndpoint,
   engineDefaultParallelism,
-  jsonBytes,
-  mean,
-  peakRssMb,
   refreshAsEngine,
   UNBOUNDED,
   type StoredMember,
-} from "./scale-measure";
-import { NODES, proxmoxReadProblem, startProxmoxFleet } from "./scale-pve";
+} from "../engine/refresh-as-engine";
+import { NODES, proxmoxReadProblem, startProxmoxFleet } from "../engine/proxmox-fleet";
 import {
   createStaticMembers,
   serverConcurrency,
@@ -73,6 +71,11 @@ import {
 } from "./scale-static";
 
 const SIZES = [10, 100, 1000] as const;
+/** The calls that answer for a whole node (provider/proxmox/node-listings.ts), as endpointOf folds them. */
+const NODE_LISTINGS = new Set([
+  "GET nodes/{node}/qemu",
+  "GET nodes/{node}/storage/{storage}/content",
+]);
 const LARGEST = SIZES[SIZES.length - 1]!;
 /** Reads issued at once to see whether the server serializes them. */
 const CONCURRENT_READS = 50;
@@ -82,7 +85,14 @@ interface RefreshFigures {
   wallSeconds: number;
   firstReadSeconds: number;
   secondsPerMember: number;
+  /** Every hypervisor call of the refresh, per Read (the warm-up Read's included). */
   callsPerMember: number;
+  /** The calls that name one member (its config, its agent, its status), per Read. */
+  memberCallsPerMember: number;
+  /** The calls that list a whole node (its VM index, its seed storage), per node. */
+  listingsPerNode: number;
+  /** How many listing windows the counted Reads span (a node is listed again in each). */
+  listingWindows: number;
   dials: number;
   byEndpoint: Array<[string, number]>;
   peakRssMb: number;
@@ -118,13 +128,17 @@ async function measureRefresh(
         const wrong = problem(members[index]!, reply);
         if (wrong !== undefined) throw new Error(`${members[index]!.urn}: ${wrong}`);
       });
+    // The warm-up Read is a Read of the refresh for the hosts: its calls count, and a listing
+    // it asked for may serve the timed Reads (so do the calls: Reads = members + 1).
+    const logBefore = sims.map((sim) => sim.requestLog.length);
     const firstStarted = performance.now();
     verify((await refreshAsEngine(server, members.slice(0, 1), 1)).replies);
     const firstReadSeconds = (performance.now() - firstStarted) / 1000;
-    const logBefore = sims.map((sim) => sim.requestLog.length);
     const first = await refreshAsEngine(server, members, parallel);
     verify(first.replies);
     const requests = sims.flatMap((sim, index) => sim.requestLog.slice(logBefore[index]));
+    const reads = members.length + 1;
+    const listings = requests.filter((line) => NODE_LISTINGS.has(endpointOf(line))).length;
     const dials = sims.reduce((sum, sim) => sum + sim.tlsConnections, 0) - dialsBefore;
     const walls = [first.wallMs];
     for (let run = 1; run < (members.length <= 100 ? 3 : 1); run++) {
@@ -138,7 +152,10 @@ async function measureRefresh(
       wallSeconds,
       firstReadSeconds,
       secondsPerMember: wallSeconds / members.length,
-      callsPerMember: requests.length / members.length,
+      callsPerMember: requests.length / reads,
+      memberCallsPerMember: (requests.length - listings) / reads,
+      listingsPerNode: sims.length === 0 ? 0 : listings / sims.length,
+      listingWindows: Math.ceil((firstReadSeconds * 1000 + first.wallMs) / NODE_LISTING_WINDOW_MS),
       dials,
       byEndpoint: callsByEndpoint(requests),
       peakRssMb: peakRssMb(server.pid!),
@@ -159,11 +176,17 @@ function printRefresh(prefix: string, figures: RefreshFigures, hypervisor: boole
   printBench(`${prefix}_first_read_seconds_${n}`, figures.firstReadSeconds);
   if (hypervisor) {
     printBench(`${prefix}_calls_per_member_${n}`, figures.callsPerMember);
+    printBench(`${prefix}_member_calls_per_member_${n}`, figures.memberCallsPerMember);
+    printBench(`${prefix}_listings_per_node_${n}`, figures.listingsPerNode);
     printBench(`${prefix}_dials_per_refresh_${n}`, figures.dials);
     printBenchFact(
       `${prefix}_calls_by_endpoint_${n}`,
       figures.byEndpoint
-        .map(([endpoint, count]) => `${endpoint} ×${(count / n).toFixed(2)}/member`)
+        .map(([endpoint, count]) =>
+          NODE_LISTINGS.has(endpoint)
+            ? `${endpoint} ×${(count / NODES).toFixed(2)}/node`
+            : `${endpoint} ×${(count / (n + 1)).toFixed(2)}/member`,
+        )
         .join("; "),
     );
   }
@@ -341,8 +364,11 @@ export async function runScaleBenchmarks(): Promise<void> {
       `scale_static_refresh_growth_${LARGEST}_vs_${SIZES[0]}`,
       at(statics, LARGEST).secondsPerMember / at(statics, SIZES[0]).secondsPerMember,
     );
-    printBench(`scale_calls_per_member_refresh_${SIZES[0]}`, small.callsPerMember);
-    printBench(`scale_calls_per_member_refresh_${LARGEST}`, large.callsPerMember);
+    printBench(`scale_all_calls_per_member_refresh_${SIZES[0]}`, small.callsPerMember);
+    printBench(`scale_all_calls_per_member_refresh_${LARGEST}`, large.callsPerMember);
+    printBench(`scale_calls_per_member_refresh_${LARGEST}`, large.memberCallsPerMember);
+    printBench(`scale_listings_per_node_refresh_${LARGEST}`, large.listingsPerNode);
+    printBench(`scale_listing_windows_refresh_${LARGEST}`, large.listingWindows);
     printBench(
       `scale_calls_per_member_refresh_${LARGEST}_vs_${SIZES[0]}`,
       large.callsPerMember / small.callsPerMember,

@@ -26,6 +26,14 @@ export interface EngineFixture {
     /** Whose address the server logs to. */
     engine?: FakeEngine;
   }): Promise<DynamicProviderServer>;
+  /**
+   * The next `pulumi` command: the engine starts a provider process per
+   * deployment, so a test that changes a host out of band between two
+   * commands asks this for the second. Stops `previous` and starts a server
+   * as it was started (same options and config): nothing the previous one
+   * kept (a node listing shared by a refresh's Reads) carries over.
+   */
+  nextDeployment(previous: DynamicProviderServer): Promise<DynamicProviderServer>;
   startEngine(): Promise<FakeEngine>;
   /** A listening simulator whose guest agent answers after 20 ms unless `options` say otherwise. */
   startSimulator(options?: SimulatorOptions): Promise<PveSimulator>;
@@ -34,6 +42,7 @@ export interface EngineFixture {
 export function useEngineFixture(): EngineFixture {
   let project: ConsumerProject | undefined;
   const servers: DynamicProviderServer[] = [];
+  const startedWith = new Map<DynamicProviderServer, Parameters<EngineFixture["startServer"]>[0]>();
   const engines: FakeEngine[] = [];
   const simulators: PveSimulator[] = [];
 
@@ -64,8 +73,16 @@ export function useEngineFixture(): EngineFixture {
         options.engine?.address,
       );
       servers.push(server);
+      startedWith.set(server, options);
       if (options.config) await server.configure(options.config);
       return server;
+    },
+    async nextDeployment(previous) {
+      const options = startedWith.get(previous);
+      if (options === undefined)
+        throw new Error("nextDeployment: a server this fixture did not start");
+      await previous.stop();
+      return fixture.startServer(options);
     },
     async startEngine() {
       const engine = await FakeEngine.start();

@@ -38,6 +38,16 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
   /** A replacement may reuse the freed VMID (candidates follow the name): the mark's time tells VMs apart. */
   const bornOf = (member: Member): string => String(member.stored!.outputs.createdAt);
 
+  /**
+   * Each `pulumi refresh` or `up --refresh` below is a command of its own, run
+   * by a provider process of its own as the engine runs it: a change made out
+   * of band before it is never hidden by a listing the previous one shared.
+   */
+  async function nextDeployment(): Promise<DynamicProviderServer> {
+    server = await fixture.nextDeployment(server);
+    return server;
+  }
+
   async function declare(overrides: Props = {}): Promise<void> {
     for (let index = 0; index < SIZE; index++) {
       const name = `pve-heal-${index}`;
@@ -75,7 +85,7 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
     }
     assertNodeHoldsExactlyState();
     assert.deepEqual(
-      stepSummary(await upWithRefresh(server, members)),
+      stepSummary(await upWithRefresh(await nextDeployment(), members)),
       members.map((m) => `${m.name}:same`),
       "refresh + up of the healed pool proposes nothing",
     );
@@ -104,7 +114,7 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
     const [stopped, untouched] = members as [Member, Member];
     const vmid = vmidOf(stopped);
     Object.assign(vmOf(stopped), { status: "stopped", startedAt: undefined });
-    const refreshed = await refreshAll(server, members);
+    const refreshed = await refreshAll(await nextDeployment(), members);
     assert.equal(refreshed[0]!.outputs!.state, "stopped");
     assert.deepEqual(stepSummary(await upAll(server, members)), [
       `${stopped.name}:update`,
@@ -118,7 +128,7 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
     const vmids = members.map(vmidOf);
     sim.rebootNode();
     assert.deepEqual(
-      stepSummary(await upWithRefresh(server, members)),
+      stepSummary(await upWithRefresh(await nextDeployment(), members)),
       members.map((m) => `${m.name}:same`),
     );
     assert.deepEqual(members.map(vmidOf), vmids);
@@ -126,7 +136,7 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
     vmOf(members[1]!).config.onboot = "0";
     sim.rebootNode();
     assert.equal(vmOf(members[1]!).status, "stopped");
-    assert.deepEqual(stepSummary(await upWithRefresh(server, members)), [
+    assert.deepEqual(stepSummary(await upWithRefresh(await nextDeployment(), members)), [
       `${members[0]!.name}:same`,
       `${members[1]!.name}:update`,
     ]);
@@ -139,7 +149,7 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
     const vmid = vmidOf(deleted);
     const seed = seedOf(deleted);
     sim.removeVmOutOfBand(vmid);
-    const refreshed = await refreshAll(server, members);
+    const refreshed = await refreshAll(await nextDeployment(), members);
     assert.equal(refreshed[0]!.dropped, false);
     assert.match(
       String(refreshed[0]!.outputs!.replaceBecause),
@@ -157,7 +167,7 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
     const [, deleted] = members as [Member, Member];
     sim.removeVmOutOfBand(vmidOf(deleted));
     sim.storages.get("seeds")!.files.delete(seedOf(deleted));
-    const refreshed = await refreshAll(server, members);
+    const refreshed = await refreshAll(await nextDeployment(), members);
     assert.equal(refreshed[1]!.dropped, true);
     assert.deepEqual(stepSummary(await upAll(server, members)), [
       `${members[0]!.name}:same`,
@@ -172,7 +182,7 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
     delete vmOf(noDisk).config.scsi0;
     Object.assign(vmOf(noDisk), { status: "stopped", startedAt: undefined });
     sim.storages.get("seeds")!.files.delete(seedOf(noSeed));
-    const refreshed = await refreshAll(server, members);
+    const refreshed = await refreshAll(await nextDeployment(), members);
     assert.match(String(refreshed[0]!.outputs!.replaceBecause), /boot disk gone/);
     assert.match(String(refreshed[1]!.outputs!.replaceBecause), /seed .*-seed\.iso gone/);
     assert.deepEqual(stepSummary(await upAll(server, members)), [
@@ -191,12 +201,12 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
     sim.options.agentNeverUp = true;
     try {
       await declare({ timeouts: { createSeconds: 60, readySeconds: 3, deleteSeconds: 60 } });
-      const first = await upWithRefresh(server, members);
+      const first = await upWithRefresh(await nextDeployment(), members);
       assert.deepEqual(stepSummary(first), [`${slow.name}:update!`, `${other.name}:update`]);
       assert.match(first[0]!.error!, /not ready \d+ s after `up` started it again/);
       assert.match(String(slow.stored!.outputs.replaceBecause), /not ready/);
       assert.equal(vmidOf(slow), vmid);
-      const second = await upWithRefresh(server, members);
+      const second = await upWithRefresh(await nextDeployment(), members);
       assert.deepEqual(stepSummary(second), [
         `${slow.name}:replace(delete first)!`,
         `${other.name}:same`,
@@ -205,14 +215,14 @@ describe("engine: a ProxmoxProxy pool heals on refresh + up (simulator, real dyn
       assert.notEqual(replacement, born, "a new VM");
       assert.equal(slow.stored!.outputs.createIncomplete, true);
       assertNodeHoldsExactlyState();
-      const third = await upWithRefresh(server, members);
+      const third = await upWithRefresh(await nextDeployment(), members);
       assert.deepEqual(stepSummary(third), [`${slow.name}:update!`, `${other.name}:same`]);
       assert.equal(bornOf(slow), replacement, "continued, not replaced again");
     } finally {
       sim.options.agentNeverUp = false;
     }
     await declare();
-    assert.deepEqual(stepSummary(await upWithRefresh(server, members)), [
+    assert.deepEqual(stepSummary(await upWithRefresh(await nextDeployment(), members)), [
       `${slow.name}:update`,
       `${other.name}:update`,
     ]);

@@ -94,8 +94,10 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
 
   it("Configure → Check → Diff → Create → Read → Update → Delete against the simulator", async () => {
     const engine = await fixture.startEngine();
-    const server = await fixture.startServer({ engine });
-    await server.configure({ "egress-proxies:proxmoxApiToken": sim.tokenFor() });
+    let server = await fixture.startServer({
+      engine,
+      config: { "egress-proxies:proxmoxApiToken": sim.tokenFor() },
+    });
     const captured = await captureResourceInputs(
       fixture.project,
       "ProxmoxProxy",
@@ -156,6 +158,7 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     // onboot turned off by hand, then the VM stopped by hand: each shows on refresh and the next up
     // heals it in place (config written back; the same VMID started again and ready), then all is quiet.
     sim.vms.get(vmid)!.config.onboot = "0";
+    server = await fixture.nextDeployment(server);
     const onboot = await refreshAndHeal(
       server,
       urn,
@@ -167,6 +170,7 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
     const vm = sim.vms.get(vmid)!;
     vm.status = "stopped";
     vm.startedAt = undefined;
+    server = await fixture.nextDeployment(server);
     const power = await refreshAndHeal(server, urn, onboot.healed, captured.inputs);
     assert.equal(power.refreshed.properties.state, "stopped");
     assert.equal(power.refreshed.inputs.running, false);
@@ -177,6 +181,7 @@ describe("engine: ProxmoxProxy through the real dynamic-provider gRPC server", f
 
     // Refresh: paused is reported as paused.
     sim.pauseVm(vmid);
+    server = await fixture.nextDeployment(server);
     const read = await server.read(urn, created.id, outputs, inputs);
     assert.equal(read.id, created.id);
     assert.equal(read.properties.state, "paused");

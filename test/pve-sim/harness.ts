@@ -1,5 +1,6 @@
 import { SecretValue } from "../../provider/common/redact";
 import { ProxmoxClient } from "../../provider/proxmox/client";
+import { forgetNodeListings } from "../../provider/proxmox/node-listings";
 import { PveSimulator, SimulatorOptions } from "./simulator";
 
 /**
@@ -43,4 +44,15 @@ export function clientFor(sim: PveSimulator, token?: string): ProxmoxClient {
     apiToken: new SecretValue(token ?? sim.tokenFor()),
     caCertPem: sim.caCertPem,
   });
+}
+
+/**
+ * Where the engine would start a new provider process (each `pulumi refresh`
+ * or `up` gets its own): no node listing an earlier Read shared is handed out
+ * (provider/proxmox/node-listings.ts). For in-process tests that change a
+ * host behind the provider's back between two refreshes; without it the
+ * second would see, as one refresh does, a listing up to a window old.
+ */
+export function asIfNewProviderProcess(): void {
+  forgetNodeListings(undefined);
 }

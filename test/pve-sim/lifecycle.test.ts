@@ -7,7 +7,7 @@ import { PartialCreateError } from "../../provider/common/partial-create";
 import { preferredVmid } from "../../provider/proxmox/vmid";
 import { vmDescription } from "../../provider/proxmox/vm-config";
 import * as provider from "../../provider/proxmox/provider";
-import { useSimulator } from "./harness";
+import { asIfNewProviderProcess, useSimulator } from "./harness";
 import { checked, OWNER, userInputs, vmsNamed } from "./fixtures";
 import { PveSimulator } from "./simulator";
 
@@ -277,6 +277,7 @@ describe("ProxmoxProxy lifecycle against the simulator", () => {
       assert.match(String(kept.props.replaceBecause), /VM \d+ gone .*seed .* left behind/);
       assert.equal(kept.inputs?.replaceBecause, kept.props.replaceBecause);
       env.sim.storages.get("seeds")!.files.delete(String(outs.seedVolume));
+      asIfNewProviderProcess();
       const read = await provider.read(id, { ...outs });
       assert.equal(read.id, undefined);
     });

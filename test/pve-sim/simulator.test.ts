@@ -359,6 +359,84 @@ describe("pve-sim reproduces the Proxmox behaviours of docs/proxmox.md", () => {
     assert.equal((await taskDone(env.sim, again.json!.data as string)).exitstatus, "OK");
   });
 
+  it("F25: the node's VM index names every VM (VM <vmid> mid-clone), shows lock and tags when set, and qmpstatus only with full=1", async () => {
+    const upid = await clone(env.sim, 307);
+    const index = async (query = "?full=1") =>
+      new Map(
+        (
+          (await api(env.sim, "GET", `/nodes/pve/qemu${query}`)).json!.data as Array<
+            Record<string, unknown>
+          >
+        ).map((entry) => [entry.vmid, entry]),
+      );
+    const midClone = (await index()).get(307)!;
+    assert.deepEqual(
+      [midClone.name, midClone.status, midClone.lock, midClone.qmpstatus],
+      ["VM 307", "stopped", "clone", "stopped"],
+    );
+    await taskDone(env.sim, upid);
+    await taskDone(
+      env.sim,
+      (await api(env.sim, "POST", "/nodes/pve/qemu/307/status/start")).json!.data as string,
+    );
+    await taskDone(
+      env.sim,
+      (await api(env.sim, "POST", "/nodes/pve/qemu/307/status/suspend")).json!.data as string,
+    );
+    const full = await index();
+    const paused = full.get(307)!;
+    assert.deepEqual(
+      [paused.name, paused.status, paused.qmpstatus, "lock" in paused],
+      ["vm-307", "running", "paused", false],
+    );
+    for (const key of ["cpus", "maxmem", "maxdisk", "uptime", "cpu", "mem", "netin", "netout"])
+      assert.equal(typeof paused[key], "number", `F25: entry lacks ${key}`);
+    const template = full.get(9000)!;
+    assert.deepEqual(
+      [template.status, template.qmpstatus, template.template, template.tags],
+      ["stopped", "stopped", 1, "debian;template"],
+    );
+    const brief = await index("");
+    assert.equal(brief.get(307)!.status, "running");
+    assert.equal("qmpstatus" in brief.get(307)!, false, "qmpstatus only when QMP is asked");
+    const current = (await api(env.sim, "GET", "/nodes/pve/qemu/307/status/current")).json!
+      .data as Record<string, unknown>;
+    assert.deepEqual([current.status, current.qmpstatus], [paused.status, paused.qmpstatus]);
+    const otherNode = await api(env.sim, "GET", "/nodes/pve9/qemu?full=1");
+    assert.equal(otherNode.status, 500);
+    assert.match(otherNode.reason, /^hostname lookup 'pve9' failed/);
+  });
+
+  it("F25: the VM index leaves out, without an error, the VMs the token may not audit", async () => {
+    const sim = new PveSimulator({
+      tokens: [
+        {
+          id: "p@pve!t",
+          secret: "s3cr3t",
+          privileges: PVE9_PROXY_PRIVILEGES,
+          pathPrivileges: { "/vms/9000": ["VM.Clone"] },
+        },
+      ],
+    });
+    await sim.listen();
+    try {
+      sim.addForeignVm(500, "visible");
+      const reply = await api(sim, "GET", "/nodes/pve/qemu?full=1", { token: "p@pve!t=s3cr3t" });
+      assert.equal(reply.status, 200, reply.text);
+      const vmids = (reply.json!.data as Array<{ vmid: number }>).map((entry) => entry.vmid);
+      assert.deepEqual(vmids, [500]);
+      const current = await api(sim, "GET", "/nodes/pve/qemu/9000/status/current", {
+        token: "p@pve!t=s3cr3t",
+      });
+      assert.deepEqual(
+        [current.status, current.reason],
+        [403, "Permission check failed (/vms/9000, VM.Audit)"],
+      );
+    } finally {
+      await sim.close();
+    }
+  });
+
   it("F24: shutdown powers a running VM off cleanly; refused on a paused one; a hung guest times out unless forceStop", async () => {
     const post = async (path: string, form?: Record<string, string | number>) =>
       api(env.sim, "POST", `/nodes/pve/qemu/320/status/${path}`, form ? { form } : {});

@@ -466,6 +466,8 @@ export class PveSimulator {
         return this.readConfig(caller, vmid);
       case "PUT /nodes/*/qemu/*/resize":
         return this.resize(caller, vmid, form());
+      case "GET /nodes/*/qemu":
+        return this.vmIndex(caller, query.full);
       case "GET /nodes/*/qemu/*/status/current":
         return this.statusCurrent(caller, vmid);
       case "POST /nodes/*/qemu/*/status/start":
@@ -819,20 +821,55 @@ export class PveSimulator {
   private statusCurrent(caller: Caller, vmid: number): Record<string, unknown> {
     const vm = this.requireVm(vmid);
     this.require(caller, `/vms/${vmid}`, "VM.Audit");
+    // qemu-server answers it with the index's entry for the one VM, asked in full (F25).
+    return { ...this.vmStatusOf(vm, true), agent: vm.config.agent === "1" ? 1 : 0 };
+  }
+
+  /**
+   * F25: the node's VM index, as qemu-server's `vmlist` answers it: every VM
+   * whose config is on this node, those without VM.Audit left out without a
+   * word; with `full`, what QMP says too.
+   */
+  private vmIndex(caller: Caller, full: string | undefined): unknown[] {
+    const askQmp = /^(1|true|yes|on)$/i.test(full ?? "");
+    return [...this.vms.values()]
+      .filter((vm) => this.can(caller, `/vms/${vm.vmid}`, "VM.Audit"))
+      .map((vm) => this.vmStatusOf(vm, askQmp));
+  }
+
+  /**
+   * One VM as PVE::QemuServer::vmstatus reports it (F25): a name always (`VM
+   * <vmid>` when the config has none, as mid-clone), `lock` and `tags` only
+   * when set. `qmpstatus` only when QMP is asked (`full`): a paused VM's
+   * `status` is still running (F14); one not running has its `status` there.
+   * The simulator runs no QEMU: usage counters are 0, and no `pid`.
+   */
+  private vmStatusOf(vm: SimVm, askQmp: boolean): Record<string, unknown> {
     const running = vm.status === "running";
+    const cores = Number(vm.config.cores ?? 1) * Number(vm.config.sockets ?? 1);
     return {
-      vmid,
-      ...(vm.config.name === undefined ? {} : { name: vm.config.name }),
+      vmid: vm.vmid,
+      name: vm.config.name ?? `VM ${vm.vmid}`,
       status: vm.status,
-      // F14: paused shows only here.
-      qmpstatus: running ? (vm.paused ? "paused" : "running") : "stopped",
-      ...(vm.config.lock === undefined ? {} : { lock: vm.config.lock }),
-      agent: vm.config.agent === "1" ? 1 : 0,
-      cpus: Number(vm.config.cores ?? 1),
-      maxmem: Number(vm.config.memory ?? 512) * 1024 * 1024,
+      cpus: cores,
+      maxmem: Number(/^(?:current=)?(\d+)/.exec(vm.config.memory ?? "")?.[1] ?? 512) * 1024 * 1024,
+      maxdisk: diskBytes(vm.config.scsi0),
+      disk: 0,
+      cpu: 0,
+      mem: 0,
+      memhost: 0,
+      netin: 0,
+      netout: 0,
       uptime: running && vm.startedAt ? Math.floor((Date.now() - vm.startedAt) / 1000) : 0,
-      ...(vm.config.tags === undefined ? {} : { tags: vm.config.tags }),
       ...(vm.config.template === "1" ? { template: 1 } : {}),
+      ...(vm.config.lock === undefined ? {} : { lock: vm.config.lock }),
+      ...(vm.config.tags === undefined ? {} : { tags: vm.config.tags }),
+      ...(askQmp
+        ? {
+            qmpstatus: running ? (vm.paused ? "paused" : "running") : vm.status,
+            ...(running ? { "running-qemu": "11.0.0", "running-machine": "pc-q35-11.0+pve0" } : {}),
+          }
+        : {}),
     };
   }
 

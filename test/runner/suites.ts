@@ -120,8 +120,9 @@ const QUICK_SECONDS: Record<string, number> = {
   "engine/kubernetes-optional.test.js": 4.3,
   "engine/operator-stack.test.js": 3.5,
   "engine/preview-unknowns.test.js": 12.2,
-  "engine/proxmox-heal.test.js": 38, // mostly waiting out readiness and delete budgets
-  "engine/proxmox.test.js": 15.2,
+  "engine/proxmox-heal.test.js": 48, // mostly waiting out readiness and delete budgets; a provider per command
+  "engine/proxmox-scale.test.js": 10, // 200 members on four simulated nodes, one refresh
+  "engine/proxmox.test.js": 24, // a provider per command
   "engine/secrets.test.js": 6.8,
   "engine/static.test.js": 2.1,
   "integration/check-command.test.js": 10.3,
@@ -135,6 +136,7 @@ const QUICK_SECONDS: Record<string, number> = {
   "pve-sim/dual-stack.test.js": 0.8,
   "pve-sim/lifecycle.test.js": 22.6,
   "pve-sim/no-leak.test.js": 19.9,
+  "pve-sim/node-listings.test.js": 0.3,
   "pve-sim/privileges.test.js": 3.9,
   "pve-sim/read-drift.test.js": 3.2,
   "pve-sim/reaper.test.js": 3.1,

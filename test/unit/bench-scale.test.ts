@@ -1,14 +1,12 @@
 import assert from "node:assert/strict";
 import type { DynamicProviderServer } from "../engine/harness";
+import { callsByEndpoint, endpointOf, jsonBytes } from "../bench/scale-measure";
 import {
-  callsByEndpoint,
-  endpointOf,
   engineDefaultParallelism,
-  jsonBytes,
   refreshAsEngine,
   UNBOUNDED,
   type StoredMember,
-} from "../bench/scale-measure";
+} from "../engine/refresh-as-engine";
 
 describe("scale bench: the engine's refresh and its bookkeeping", () => {
   it("takes the CLI's --parallel default: PULUMI_PARALLEL when positive, else 4 × CPUs", () => {

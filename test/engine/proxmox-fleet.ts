@@ -1,9 +1,10 @@
 /**
- * The scale bench on Proxmox: a fleet of ProxmoxProxy members spread over
- * NODES simulated nodes (test/pve-sim/simulator.ts, one simulator per node,
- * each its own API endpoint, as standalone nodes or a cluster reached by each
- * node's address are), refreshed through the dynamic-provider server (see
- * scale.ts for the parallelism).
+ * A fleet of ProxmoxProxy members spread over simulated nodes
+ * (test/pve-sim/simulator.ts, one simulator per node, each its own API
+ * endpoint, as standalone nodes or a cluster reached by each node's address
+ * are), to be refreshed through the dynamic-provider server: the scale bench
+ * (test/bench/scale.ts) times it, the engine test of issue 32
+ * (proxmox-scale.test.ts) checks what its Reads find and ask.
  *
  * Building a thousand VMs through Create would take most of the bench's
  * budget and measure nothing it reports, so the fleet is made the cheap way:
@@ -32,9 +33,10 @@ import {
   urnOf,
   type ConsumerProject,
   type Props,
-} from "../engine/harness";
-import type { StoredMember } from "./scale-measure";
+} from "./harness";
+import type { StoredMember } from "./refresh-as-engine";
 
+/** How many nodes the scale bench spreads its fleet over. */
 export const NODES = 4;
 /** What one PVE API request costs on a LAN (pveproxy's answer time; pve.ts uses the same). */
 export const PVE_LATENCY_MS = 20;
@@ -60,6 +62,7 @@ export interface ProxmoxFleet {
 export async function startProxmoxFleet(
   project: ConsumerProject,
   memberInputs: Props,
+  nodes: number = NODES,
 ): Promise<ProxmoxFleet> {
   const sims: PveSimulator[] = [];
   const setup = { server: undefined as DynamicProviderServer | undefined };
@@ -71,7 +74,7 @@ export async function startProxmoxFleet(
     }
   };
   try {
-    for (let node = 1; node <= NODES; node++) {
+    for (let node = 1; node <= nodes; node++) {
       const sim = new Simulator({
         node: `pve${node}`,
         latencyMs: PVE_LATENCY_MS,
@@ -91,7 +94,7 @@ export async function startProxmoxFleet(
     const members: StoredMember[] = [];
     const growTo = async (count: number): Promise<StoredMember[]> => {
       for (let index = members.length; index < count; index++) {
-        const node = index % NODES;
+        const node = index % nodes;
         members.push(await copyMember(server, sims[node]!, templates[node]!, index));
       }
       return members.slice(0, count);
