@@ -1,8 +1,10 @@
 // Fn, "rule n" and "flow step n" name the Proxmox behaviours listed in docs/proxmox.md, section 9.
 import { createHash } from "node:crypto";
 import { Agent, fetch } from "undici";
-import { PermanentError } from "../common/errors";
+import { Deadline } from "../common/deadline";
+import { PermanentError, TransientError } from "../common/errors";
 import { redactUrl, SecretValue } from "../common/redact";
+import { Turns } from "../common/turns";
 import { classifyApiFailure, classifyTransportFailure } from "./classify";
 import { forgetNodeListings } from "./node-listings";
 
@@ -53,7 +55,7 @@ export class ProxmoxClient {
    * endpoint and the token id (what PVE filters an index by), never the secret.
    */
   readonly listingScope: string;
-  private readonly pool: Agent;
+  private readonly pool: EndpointPool;
   private readonly authorization: SecretValue<string>;
   /** The token's id and where it was set: a 401 names them (never the secret). */
   private readonly token: { id: string; source: string };
@@ -149,18 +151,36 @@ export class ProxmoxClient {
     // Any request but a read may change the node (even one that failed midway):
     // the listings asked of it before are not handed out after the answer.
     const changes = method !== "GET";
+    // The request's own timeout starts once it has a connection: a queue of our own making (a
+    // refresh's Reads all at once) must not spend it, or a guest agent's short attempt would time out
+    // unsent and be taken for an agent that does not answer.
+    const queuePatience = new Deadline(
+      Math.max(timeoutMs, DEFAULT_REQUEST_TIMEOUT_MS) + timeoutMs,
+      "the API's connections",
+    );
     try {
-      const response = await fetch(`${this.endpoint}/api2/json${path}`, {
-        method,
-        headers,
-        body: payload?.body,
-        signal: AbortSignal.timeout(timeoutMs),
-        dispatcher: this.pool,
-      });
-      status = response.status;
-      reasonPhrase = response.statusText;
-      text = await response.text();
+      ({ status, reasonPhrase, text } = await this.pool.turns.run(
+        this.endpoint,
+        queuePatience,
+        timeoutMs,
+        `${method} ${path}`,
+        async () => {
+          const response = await fetch(`${this.endpoint}/api2/json${path}`, {
+            method,
+            headers,
+            body: payload?.body,
+            signal: AbortSignal.timeout(timeoutMs),
+            dispatcher: this.pool.agent,
+          });
+          return {
+            status: response.status,
+            reasonPhrase: response.statusText,
+            text: await response.text(),
+          };
+        },
+      ));
     } catch (error) {
+      if (error instanceof TransientError) throw error; // no turn came: nothing was sent
       throw classifyTransportFailure(method, path, error, timeoutMs);
     } finally {
       if (changes) forgetNodeListings(nodeOfPath(path));
@@ -189,17 +209,25 @@ export class ProxmoxClient {
  * flight each; a create keeps two (the seed upload beside the clone's task
  * polls). Before issue 32 the bound was 64 and a refresh of 1000 members
  * opened 5–6 connections per host at `--parallel` 8, 150 unbounded.
+ * Requests take turns for them here, not in undici's queue, so a request's
+ * timeout counts from when it is sent (a turn waits at most 30 s, or the
+ * request's own timeout when that is longer).
  */
 const CONNECTIONS_PER_ENDPOINT = 4;
 
-/** Pools outlive a single create; keyed by what changes the TLS handshake, never by the token. */
-const pools = new Map<string, Agent>();
+interface EndpointPool {
+  agent: Agent;
+  turns: Turns;
+}
 
-function poolFor(endpoint: string, caCertPem: string | undefined, insecure: boolean): Agent {
+/** Pools outlive a single create; keyed by what changes the TLS handshake, never by the token. */
+const pools = new Map<string, EndpointPool>();
+
+function poolFor(endpoint: string, caCertPem: string | undefined, insecure: boolean): EndpointPool {
   const key = `${endpoint}|${insecure}|${caCertPem === undefined ? "" : createHash("sha256").update(caCertPem).digest("hex")}`;
   let pool = pools.get(key);
   if (pool === undefined) {
-    pool = new Agent({
+    const agent = new Agent({
       connections: CONNECTIONS_PER_ENDPOINT,
       pipelining: 1,
       allowH2: false,
@@ -212,6 +240,10 @@ function poolFor(endpoint: string, caCertPem: string | undefined, insecure: bool
             : { ca: caCertPem }),
       },
     });
+    pool = {
+      agent,
+      turns: new Turns({ total: CONNECTIONS_PER_ENDPOINT, perKey: CONNECTIONS_PER_ENDPOINT }),
+    };
     pools.set(key, pool);
   }
   return pool;
@@ -221,7 +253,7 @@ function poolFor(endpoint: string, caCertPem: string | undefined, insecure: bool
 export async function closeAllProxmoxPools(): Promise<void> {
   const all = [...pools.values()];
   pools.clear();
-  await Promise.all(all.map((pool) => pool.close().catch(() => undefined)));
+  await Promise.all(all.map((pool) => pool.agent.close().catch(() => undefined)));
 }
 
 function normalizeEndpoint(endpoint: string): string {

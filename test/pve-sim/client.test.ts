@@ -177,6 +177,31 @@ describe("pve-sim + client: transport, auth and errors", () => {
     env.sim.options.latencyMs = 0;
   });
 
+  it("a request's timeout counts from when it is sent: 24 at once over the endpoint's 4 connections, each given 300 ms, a node answering in 100 ms: every one answered", async () => {
+    env.sim.options.latencyMs = 100;
+    try {
+      const client = new ProxmoxClient(
+        {
+          endpoint: env.sim.endpoint,
+          apiToken: new SecretValue(env.sim.tokenFor()),
+          caCertPem: env.sim.caCertPem,
+        },
+        300,
+      );
+      const dialsBefore = env.sim.tlsConnections;
+      const started = Date.now();
+      const answers = await Promise.all(
+        Array.from({ length: 24 }, () => client.get<{ version: string }>("/version")),
+      );
+      assert.ok(answers.every((answer) => answer.version === "9.2.20"));
+      // Six rounds of four: queued for up to 500 ms, which a timeout counted from the call would not survive.
+      assert.ok(Date.now() - started >= 550, `took ${Date.now() - started} ms`);
+      assert.ok(env.sim.tlsConnections - dialsBefore <= 4, "at most 4 connections were opened");
+    } finally {
+      env.sim.options.latencyMs = 0;
+    }
+  });
+
   it("rejects endpoints with userinfo without echoing the password", () => {
     assert.throws(
       () =>
