@@ -96,7 +96,11 @@ const typedParamValue = t.union<number | bigint | string>("remote_typed_param_va
     type: t.double as t.XdrType<number | bigint | string>,
   },
   { value: TypedParamType.BOOLEAN, name: "b", type: t.int as t.XdrType<number | bigint | string> },
-  { value: TypedParamType.STRING, name: "s", type: remoteString as t.XdrType<number | bigint | string> },
+  {
+    value: TypedParamType.STRING,
+    name: "s",
+    type: remoteString as t.XdrType<number | bigint | string>,
+  },
 ]);
 
 /** remote_typed_param: `field` names the statistic ("state.state"), `value` carries it. */

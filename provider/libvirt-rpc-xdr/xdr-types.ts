@@ -178,7 +178,10 @@ export function union<V>(
     layout: {
       kind: "union",
       name,
-      arms: arms.map((arm) => ({ value: arm.value, field: { name: arm.name, layout: arm.type.layout } })),
+      arms: arms.map((arm) => ({
+        value: arm.value,
+        field: { name: arm.name, layout: arm.type.layout },
+      })),
     },
     write(w, { type, value }) {
       w.int(type);

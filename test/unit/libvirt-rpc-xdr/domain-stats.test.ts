@@ -25,7 +25,9 @@ function replyFromDaemon(): Buffer {
   w.uint(4); // four params
   w.string("state.state").int(TypedParamType.INT).int(3);
   w.string("state.reason").int(TypedParamType.INT).int(1);
-  w.string("cpu.time").int(TypedParamType.ULLONG).uhyper(2n ** 40n);
+  w.string("cpu.time")
+    .int(TypedParamType.ULLONG)
+    .uhyper(2n ** 40n);
   w.string("note").int(TypedParamType.STRING).string("paused by hand");
   return w.finish();
 }
@@ -83,7 +85,8 @@ describe("libvirt connectGetAllDomainStats codec", () => {
     w.string("state.state").int(99).int(1);
     assert.throws(
       () => RemoteTypes.typedParam.read(new XdrReader(w.finish())),
-      (error: unknown) => error instanceof XdrError && /no arm for discriminant 99/.test(error.message),
+      (error: unknown) =>
+        error instanceof XdrError && /no arm for discriminant 99/.test(error.message),
     );
   });
 });

@@ -39,7 +39,15 @@ function loadSpec(): XdrSpec {
   // libvirt.h's VIR_UUID_BUFLEN, which remote_protocol.x and virnetprotocol.x use unexpanded.
   spec.consts.set("VIR_UUID_BUFLEN", "16");
   // libvirt-common.h's virTypedParameterType, the case labels of remote_typed_param_value.
-  for (const [index, name] of ["INT", "UINT", "LLONG", "ULLONG", "DOUBLE", "BOOLEAN", "STRING"].entries())
+  for (const [index, name] of [
+    "INT",
+    "UINT",
+    "LLONG",
+    "ULLONG",
+    "DOUBLE",
+    "BOOLEAN",
+    "STRING",
+  ].entries())
     spec.consts.set(`VIR_TYPED_PARAM_${name}`, String(index + 1));
   for (const file of [
     "virnetprotocol.x",

@@ -171,7 +171,8 @@ export function parseXdr(source: string, spec: XdrSpec = emptySpec()): XdrSpec {
       p.expect("switch");
       p.expect("(");
       const discriminant = p.declaration();
-      if (discriminant.type !== "int") throw new Error(`union ${name} switches on ${discriminant.type}`);
+      if (discriminant.type !== "int")
+        throw new Error(`union ${name} switches on ${discriminant.type}`);
       p.expect(")");
       spec.unions.set(name, p.unionArms());
     } else {
