@@ -7,7 +7,7 @@
  */
 import type { Deadline } from "../common/deadline";
 import { SecretValue } from "../common/redact";
-import type { LibvirtConnection } from "../libvirt-rpc-xdr";
+import type { CallCounter, LibvirtConnection } from "../libvirt-rpc-xdr";
 import {
   LibvirtConnectionPool,
   openLibvirtOverSsh,
@@ -176,6 +176,11 @@ const links = new LibvirtConnectionPool<DialTarget>({
 
 /** How many links were dialled in this process (tests check that ten creates share one). */
 export const dialCount = (): number => links.dialCount;
+
+/** Counts the libvirt calls of this process's links by procedure (tests, benches); undefined stops. */
+export function countLibvirtCalls(counter: CallCounter | undefined): void {
+  links.countCallsInto(counter);
+}
 
 /**
  * `privateKeySource` says where connection.privateKey came from when that is
