@@ -202,10 +202,11 @@ export async function openHost(
   };
   // Dial now, so a host that cannot be reached fails the operation at its first step.
   await linkWithin(deadline)();
+  const hostKey = keyOf(dialTarget);
   return {
-    host: new LibvirtHost(linkWithin(deadline), label, deadline),
-    within: (budget) => new LibvirtHost(linkWithin(budget), label, budget),
-    hostKey: keyOf(dialTarget),
+    host: new LibvirtHost(linkWithin(deadline), label, deadline, hostKey),
+    within: (budget) => new LibvirtHost(linkWithin(budget), label, budget, hostKey),
+    hostKey,
     label,
   };
 }
