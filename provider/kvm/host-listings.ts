@@ -106,21 +106,6 @@ export function listingsAsked(hostKey: string): {
 }
 
 /**
- * While false, every Read asks the host itself (a test shows the sharing is
- * what keeps listings to one per host). Always true in the provider.
- */
-let sharing = true;
-export function shareHostListings(on: boolean): void {
-  sharing = on;
-  if (!on) {
-    domainListings.clear();
-    poolListings.clear();
-    volumeListings.clear();
-  }
-}
-export const hostListingsShared = (): boolean => sharing;
-
-/**
  * libvirt procedures that only look: everything else (define, start,
  * destroy, undefine, autostart, metadata, volume create, upload, resize,
  * delete, pool and network changes) forgets the host's listings.

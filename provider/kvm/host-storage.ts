@@ -11,7 +11,7 @@ import {
   type StorageVolHandle,
   type StorageVolInfo,
 } from "../libvirt-rpc-xdr";
-import { hostListingsShared, sharedPoolListing, sharedVolumeListing } from "./host-listings";
+import { sharedPoolListing, sharedVolumeListing } from "./host-listings";
 import { HostRpc, isLibvirtCode } from "./host-rpc";
 import { parseVolumeXml, type VolumeDescription } from "./volume-xml";
 
@@ -99,7 +99,7 @@ export abstract class HostStorage extends HostRpc {
     shared: (hostKey: string, list: () => Promise<T>) => Promise<T>,
     own: () => Promise<T>,
   ): Promise<T> {
-    return this.hostKey !== undefined && hostListingsShared() ? shared(this.hostKey, own) : own();
+    return this.hostKey !== undefined ? shared(this.hostKey, own) : own();
   }
 
   volumeInfo(vol: StorageVolHandle): Promise<StorageVolInfo> {
