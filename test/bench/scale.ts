@@ -63,6 +63,7 @@ import {
   UNBOUNDED,
   type StoredMember,
 } from "./scale-measure";
+import { measureKvmScale } from "./scale-kvm";
 import { NODES, proxmoxReadProblem, startProxmoxFleet } from "./scale-pve";
 import {
   createStaticMembers,
@@ -356,6 +357,8 @@ export async function runScaleBenchmarks(): Promise<void> {
       "scale_state_bytes_per_member",
       Math.max(large.stateBytesPerMember, at(statics, LARGEST).stateBytesPerMember),
     );
+    // KvmProxy on the lab's libvirtd, when the lab is up (scale-kvm.ts).
+    await measureKvmScale(project, parallel);
   } finally {
     farm.stop();
     project.remove();
