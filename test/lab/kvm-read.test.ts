@@ -20,6 +20,7 @@ import {
   ensureProxyImage,
   removeCachedBaseImage,
   serveImage,
+  waitOutHostListings,
   type ProxyImage,
   type RunningServer,
 } from "./kvm-support";
@@ -208,6 +209,7 @@ describe("KvmProxy read in the lab: drift, identity by UUID, adoption", function
     const bare = `bare-${process.pid}`;
     const dom = await inspector.call(Procedures.domainDefineXml, { xml: domainXml(bare) });
     try {
+      await waitOutHostListings(); // the reads above listed the host's domains without it
       await assert.rejects(
         kvm.read(`hosts/local/domains/${bare}`, getProps()),
         (error: Error) =>
