@@ -247,6 +247,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     } finally {
       virsh("resume", String(inputs.vmName));
     }
+    await waitOutHostListings(); // resumed behind the provider's back
 
     // KvmProxy.get in a program of this stack adopts it (a ReadResource, read-only to Pulumi),
     // with only the inputs on the request as newer engines send a Get; another stack is refused.
