@@ -80,7 +80,11 @@ describe("SharedListings: one listing per host for the Reads of a refresh, never
     node.answer(["fresh"]);
     assert.deepEqual(await before, ["stale"]);
     assert.deepEqual(await after, ["fresh"]);
-    assert.deepEqual(await shared.get("pve1", node.list), ["fresh"], "the stale answer was not kept");
+    assert.deepEqual(
+      await shared.get("pve1", node.list),
+      ["fresh"],
+      "the stale answer was not kept",
+    );
     assert.equal(node.calls, 2);
   });
 
