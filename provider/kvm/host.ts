@@ -197,6 +197,14 @@ export class LibvirtHost extends HostStorage {
     );
   }
 
+  /**
+   * The persistent definition, or undefined when the domain is gone: a domain
+   * a shared listing still names may have been undefined since it was asked.
+   */
+  definedXmlIfAny(dom: DomainHandle): Promise<string | undefined> {
+    return this.orUndefined(() => this.definedXml(dom));
+  }
+
   /** Our mark on the domain; a domain without the element is "unmarked", not an error. */
   async mark(dom: DomainHandle): Promise<MarkReading> {
     try {

@@ -68,10 +68,12 @@ async function readWithin(
     );
   // The host's listing (shared by this refresh's Reads) answers identity, state and autostart.
   const listed = listedDomainOf(await session.host.domainListing(), props, vmName);
-  if (listed === undefined)
+  // Listed but undefined since the listing was asked: gone, as if the listing had said so.
+  const xml = listed && (await session.host.definedXmlIfAny(listed.handle));
+  if (listed === undefined || xml === undefined)
     return adopting ? {} : goneDomain(session, id, props, target.pool, vmName);
   const { handle, autostart } = listed;
-  const description = parseDomainXml(await session.host.definedXml(handle));
+  const description = parseDomainXml(xml);
   const what = `domain ${description.name} on ${session.label}`;
   const mark = requireOurs(description.mark, target, what, adopting);
   // Independent questions: asked together, one round trip.

@@ -202,6 +202,21 @@ describe("KvmProxy read in the lab: drift, identity by UUID, adoption", function
     assert.ok(!left.includes(seedVolumeName(vmName)), left);
   });
 
+  it("reads a domain undefined by hand as gone even while the host's shared listing still names it", async () => {
+    const vmName = `vanish-${process.pid}`;
+    const { id, outs } = await stoppedProxy(vmName);
+    const before = await kvm.read(id, outs); // asks the host's listings, which name the domain
+    assert.equal(before.props!.state, "stopped");
+    virsh("undefine", "--nvram", vmName); // its overlay and seed stay
+    const calls = new CallCounter();
+    countLibvirtCalls(calls);
+    const after = await kvm.read(id, before.props!);
+    countLibvirtCalls(undefined);
+    assert.equal(calls.of("connectGetAllDomainStats"), 0, "the listing asked before is shared");
+    assert.equal(after.id, id);
+    assert.match(String(after.props!.replaceBecause), /domain .* gone .* left behind/);
+  });
+
   it("adopts a marked domain with .get's props, and refuses another stack's or the wrong host", async () => {
     const vmName = `adopt-${process.pid}`;
     const { id, outs } = await stoppedProxy(vmName);
