@@ -55,7 +55,7 @@ export class LibvirtConnectionPool<Target> {
       pending = this.options.dial(target).then(
         (connection) => {
           this.dialing.delete(key);
-          connection.countCallsInto(this.callCounter);
+          if (this.callCounter !== undefined) connection.countCallsInto(this.callCounter);
           this.live.set(key, connection);
           this.lastUsed.set(key, Date.now());
           this.startSweeper();
