@@ -7,7 +7,7 @@
  */
 import type { Deadline } from "../common/deadline";
 import { SecretValue } from "../common/redact";
-import type { LibvirtConnection } from "../libvirt-rpc-xdr";
+import type { CallCounter, LibvirtConnection } from "../libvirt-rpc-xdr";
 import {
   LibvirtConnectionPool,
   openLibvirtOverSsh,
@@ -177,6 +177,11 @@ const links = new LibvirtConnectionPool<DialTarget>({
 /** How many links were dialled in this process (tests check that ten creates share one). */
 export const dialCount = (): number => links.dialCount;
 
+/** Counts the libvirt calls of this process's links by procedure (tests, benches); undefined stops. */
+export function countLibvirtCalls(counter: CallCounter | undefined): void {
+  links.countCallsInto(counter);
+}
+
 /**
  * `privateKeySource` says where connection.privateKey came from when that is
  * not a resource input (the doctor's --identity): a refused login names it.
@@ -197,10 +202,11 @@ export async function openHost(
   };
   // Dial now, so a host that cannot be reached fails the operation at its first step.
   await linkWithin(deadline)();
+  const hostKey = keyOf(dialTarget);
   return {
-    host: new LibvirtHost(linkWithin(deadline), label, deadline),
-    within: (budget) => new LibvirtHost(linkWithin(budget), label, budget),
-    hostKey: keyOf(dialTarget),
+    host: new LibvirtHost(linkWithin(deadline), label, deadline, hostKey),
+    within: (budget) => new LibvirtHost(linkWithin(budget), label, budget, hostKey),
+    hostKey,
     label,
   };
 }

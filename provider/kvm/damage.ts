@@ -16,11 +16,9 @@ export async function missingVolumes(
   description: DomainDescription,
 ): Promise<string[]> {
   const found = await Promise.all(
-    description.volumes.map(async ({ pool: poolName, volume }) => {
-      const pool = await host.findPool(poolName);
-      const present = pool !== undefined && (await host.findVolume(pool, volume)) !== undefined;
-      return present ? undefined : `${poolName}/${volume}`;
-    }),
+    description.volumes.map(async ({ pool: poolName, volume }) =>
+      (await host.volumeListed(poolName, volume)) ? undefined : `${poolName}/${volume}`,
+    ),
   );
   return found.filter((name): name is string => name !== undefined);
 }
@@ -31,13 +29,9 @@ export async function perVmVolumesLeft(
   poolName: string,
   vmName: string,
 ): Promise<string[]> {
-  const pool = await host.findPool(poolName);
-  if (pool === undefined) return [];
   const names = [overlayVolumeName(vmName), seedVolumeName(vmName)];
-  const found = await Promise.all(names.map((name) => host.findVolume(pool, name)));
-  return names
-    .filter((_, index) => found[index] !== undefined)
-    .map((name) => `${poolName}/${name}`);
+  const found = await Promise.all(names.map((name) => host.volumeListed(poolName, name)));
+  return names.filter((_, index) => found[index]).map((name) => `${poolName}/${name}`);
 }
 
 export const missingVolumesReason = (missing: readonly string[]): string =>

@@ -9,6 +9,7 @@ import type { Deadline } from "../common/deadline";
 import { isNotFound } from "../common/errors";
 import { LibvirtError, type LibvirtConnection, type Procedure } from "../libvirt-rpc-xdr";
 import { classifyLibvirtError } from "./classify";
+import { forgetHostListings, forgetsHostListings } from "./host-listings";
 
 /** Longest any single call may take inside an operation's deadline. */
 const PER_CALL_CAP_MS = 120_000;
@@ -26,6 +27,12 @@ export abstract class HostRpc {
     /** How the host appears in messages, e.g. "kvm1.lan". */
     readonly label: string,
     protected readonly deadline: Deadline,
+    /**
+     * The host's key in the shared listings (connect.ts `hostKey`): every
+     * call that may change the host forgets them, here and only here.
+     * Undefined for a host whose Reads share nothing (the reaper's).
+     */
+    readonly hostKey?: string,
   ) {}
 
   /**
@@ -36,10 +43,25 @@ export abstract class HostRpc {
     return this.link();
   }
 
-  /** One call on the current link, bounded by the operation's deadline. */
+  /**
+   * One call on the current link, bounded by the operation's deadline. A
+   * write forgets the host's listings once it has ended, failed or not (it
+   * may have taken effect): a Read that starts after it asks the host again.
+   */
   protected async call<Args, Ret>(procedure: Procedure<Args, Ret>, args: Args): Promise<Ret> {
-    const connection = await this.link();
-    return connection.call(procedure, args, { timeoutMs: this.deadline.capped(PER_CALL_CAP_MS) });
+    try {
+      const connection = await this.link();
+      return await connection.call(procedure, args, {
+        timeoutMs: this.deadline.capped(PER_CALL_CAP_MS),
+      });
+    } finally {
+      if (forgetsHostListings(procedure.name, args)) this.forgetListings();
+    }
+  }
+
+  /** After a write that does not go through `call` (an upload stream). */
+  protected forgetListings(): void {
+    if (this.hostKey !== undefined) forgetHostListings(this.hostKey);
   }
 
   protected async rpc<Args, Ret>(

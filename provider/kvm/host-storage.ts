@@ -11,6 +11,7 @@ import {
   type StorageVolHandle,
   type StorageVolInfo,
 } from "../libvirt-rpc-xdr";
+import { sharedPoolListing, sharedVolumeListing } from "./host-listings";
 import { HostRpc, isLibvirtCode } from "./host-rpc";
 import { parseVolumeXml, type VolumeDescription } from "./volume-xml";
 
@@ -44,6 +45,61 @@ export abstract class HostStorage extends HostRpc {
     return this.orUndefined(() =>
       this.rpc(Procedures.storageVolLookupByName, { pool, name }, `volume ${name}`),
     );
+  }
+
+  /**
+   * Whether the pool holds a volume of that name, from the host's shared
+   * pool and volume listings (host-listings.ts): the same in-memory view of
+   * the pool a look-up by name consults, asked once per window for all Reads.
+   */
+  async volumeListed(poolName: string, volumeName: string): Promise<boolean> {
+    const pool = (await this.sharedOrOwn(sharedPoolListing, () => this.poolsByName())).get(
+      poolName,
+    );
+    if (pool === undefined) return false;
+    const names = await this.sharedOrOwn(
+      (hostKey, list) => sharedVolumeListing(hostKey, poolName, list),
+      () => this.volumeNames(pool),
+    );
+    return names.has(volumeName);
+  }
+
+  /** The host's pools (inactive ones too), by name. */
+  async poolsByName(): Promise<ReadonlyMap<string, StoragePoolHandle>> {
+    const pools = await this.listAll(
+      Procedures.connectListAllStoragePools,
+      0,
+      "pools",
+      (r) => r.pools,
+    );
+    return new Map(pools.map((pool) => [pool.name, pool]));
+  }
+
+  /** The names of the pool's volumes, as libvirt holds them. */
+  async volumeNames(pool: StoragePoolHandle): Promise<ReadonlySet<string>> {
+    const { vols } = await this.rpc(
+      Procedures.storagePoolListAllVolumes,
+      { pool, needResults: 1, flags: 0 },
+      `pool ${pool.name}`,
+    );
+    return new Set(vols.map((vol) => vol.name));
+  }
+
+  /**
+   * A volume's capacity by pool and name, without a look-up first (libvirt
+   * finds a volume by its pool's and its own name); undefined when gone.
+   */
+  async volumeCapacityNamed(poolName: string, name: string): Promise<bigint | undefined> {
+    const info = await this.orUndefined(() => this.volumeInfo({ pool: poolName, name, key: "" }));
+    return info === undefined ? undefined : BigInt(info.capacity);
+  }
+
+  /** The host's shared listing when this host shares them, else its own answer. */
+  protected sharedOrOwn<T>(
+    shared: (hostKey: string, list: () => Promise<T>) => Promise<T>,
+    own: () => Promise<T>,
+  ): Promise<T> {
+    return this.hostKey !== undefined ? shared(this.hostKey, own) : own();
   }
 
   volumeInfo(vol: StorageVolHandle): Promise<StorageVolInfo> {
@@ -133,6 +189,8 @@ export abstract class HostStorage extends HostRpc {
       return bytes;
     } catch (error) {
       throw this.classify(error, "storageVolUpload", `volume ${vol.name}`);
+    } finally {
+      this.forgetListings();
     }
   }
 

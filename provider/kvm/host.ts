@@ -11,9 +11,11 @@ import type { MarkReading } from "../common/mark";
 import { MARK_XML_NAMESPACE } from "../common/mark";
 import {
   DomainState,
+  DomainStatsTypes,
   ErrorCode,
   InterfaceAddressSource,
   IpAddressType,
+  ListAllDomainsFlags,
   MetadataType,
   Procedures,
   UndefineFlags,
@@ -23,6 +25,12 @@ import {
 } from "../libvirt-rpc-xdr";
 import type { AddressSource, ReportedInterface } from "./addresses";
 import { parseMarkElementXml } from "./domain-xml";
+import {
+  sharedDomainListing,
+  uuidKey,
+  type DomainListing,
+  type ListedDomain,
+} from "./host-listings";
 import { isLibvirtCode } from "./host-rpc";
 import { HostStorage } from "./host-storage";
 
@@ -51,6 +59,16 @@ export function describeState(state: number): VmState {
     default:
       return "unknown";
   }
+}
+
+/** A libvirtUuid from state as its 16 bytes; one that is not a UUID was not written by us. */
+export function uuidBytesOf(uuid: string): Buffer {
+  const bytes = Buffer.from(uuid.replace(/-/g, ""), "hex");
+  if (bytes.length !== 16)
+    throw new PermanentError(
+      `libvirtUuid ${JSON.stringify(uuid)} is not a UUID; this state was not written by KvmProxy`,
+    );
+  return bytes;
 }
 
 const SOURCE_NUMBER: Record<AddressSource, number> = {
@@ -117,11 +135,7 @@ export class LibvirtHost extends HostStorage {
 
   /** By libvirt UUID: a domain renamed by hand is still found. */
   findDomainByUuid(uuid: string): Promise<DomainHandle | undefined> {
-    const bytes = Buffer.from(uuid.replace(/-/g, ""), "hex");
-    if (bytes.length !== 16)
-      throw new PermanentError(
-        `libvirtUuid ${JSON.stringify(uuid)} is not a UUID; this state was not written by KvmProxy`,
-      );
+    const bytes = uuidBytesOf(uuid);
     return this.orUndefined(() =>
       this.rpc(Procedures.domainLookupByUuid, { uuid: bytes }, `domain ${uuid}`),
     );
@@ -181,6 +195,14 @@ export class LibvirtHost extends HostStorage {
       { dom, flags: DOMAIN_XML_INACTIVE },
       `domain ${dom.name}`,
     );
+  }
+
+  /**
+   * The persistent definition, or undefined when the domain is gone: a domain
+   * a shared listing still names may have been undefined since it was asked.
+   */
+  definedXmlIfAny(dom: DomainHandle): Promise<string | undefined> {
+    return this.orUndefined(() => this.definedXml(dom));
   }
 
   /** Our mark on the domain; a domain without the element is "unmarked", not an error. */
@@ -297,6 +319,50 @@ export class LibvirtHost extends HostStorage {
         `guest agent ${execute} in domain ${dom.name} on ${this.label}: ${String(answer.error?.desc ?? "no answer")}`,
       );
     return answer.return;
+  }
+
+  /**
+   * Every domain of the host with its state and autostart, from the shared
+   * listing (host-listings.ts) when this host shares them: one answer for
+   * all the Reads of a refresh instead of a look-up, a state and an
+   * autostart per member.
+   */
+  domainListing(): Promise<DomainListing> {
+    return this.sharedOrOwn(sharedDomainListing, () => this.listDomainsWithState());
+  }
+
+  /**
+   * Two calls for every domain: the STATE statistics (name, UUID, id, state)
+   * and the autostarted ones. Asked together; a domain defined between the
+   * two answers is simply not autostarted yet.
+   */
+  private async listDomainsWithState(): Promise<DomainListing> {
+    const [records, autostarted] = await Promise.all([
+      this.rpc(
+        Procedures.connectGetAllDomainStats,
+        { doms: [], stats: DomainStatsTypes.STATE, flags: 0 },
+        "domains",
+      ),
+      this.rpc(
+        Procedures.connectListAllDomains,
+        { needResults: 1, flags: ListAllDomainsFlags.AUTOSTART },
+        "autostarted domains",
+      ),
+    ]);
+    const autostarting = new Set(autostarted.domains.map((dom) => uuidKey(dom.uuid)));
+    const byUuid = new Map<string, ListedDomain>();
+    const byName = new Map<string, ListedDomain>();
+    for (const { dom, params } of records) {
+      const state = params.find((param) => param.field === "state.state")?.value.value;
+      const listed: ListedDomain = {
+        handle: dom,
+        state: typeof state === "number" ? state : undefined,
+        autostart: autostarting.has(uuidKey(dom.uuid)),
+      };
+      byUuid.set(uuidKey(dom.uuid), listed);
+      byName.set(dom.name, listed);
+    }
+    return { byUuid, byName };
   }
 
   async listDomains(): Promise<DomainHandle[]> {

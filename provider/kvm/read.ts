@@ -17,7 +17,8 @@ import { guestViewOfDomain } from "./guest-files";
 import { openHost, type HostSession } from "./connect";
 import { domainGoneReason, missingVolumes, missingVolumesReason, perVmVolumesLeft } from "./damage";
 import { parseDomainXml, type DomainDescription } from "./domain-xml";
-import type { LibvirtHost } from "./host";
+import { describeState, uuidBytesOf, type LibvirtHost } from "./host";
+import { uuidKey, type DomainListing, type ListedDomain } from "./host-listings";
 import { kvmResourceId, legacyHostLabel, macAddressFor, parseKvmResourceId } from "./naming";
 import { observedInputs } from "./observed";
 import { adoptedCreation } from "./adoption";
@@ -65,17 +66,22 @@ async function readWithin(
     throw new PermanentError(
       `id ${JSON.stringify(id)} names host ${idHost}, but the connection reaches ${session.label}; pass the connection of that host or use the id hosts/${session.label}/domains/${vmName}`,
     );
-  const handle = await findDomainOf(session.host, props, vmName);
-  if (handle === undefined)
+  // The host's listing (shared by this refresh's Reads) answers identity, state and autostart.
+  const listed = listedDomainOf(await session.host.domainListing(), props, vmName);
+  // Listed but undefined since the listing was asked: gone, as if the listing had said so.
+  const xml = listed && (await session.host.definedXmlIfAny(listed.handle));
+  if (listed === undefined || xml === undefined)
     return adopting ? {} : goneDomain(session, id, props, target.pool, vmName);
-  const description = parseDomainXml(await session.host.definedXml(handle));
+  const { handle, autostart } = listed;
+  const description = parseDomainXml(xml);
   const what = `domain ${description.name} on ${session.label}`;
   const mark = requireOurs(description.mark, target, what, adopting);
   // Independent questions: asked together, one round trip.
-  const [diskBytes, { state }, autostart, missing] = await Promise.all([
+  const [diskBytes, state, missing] = await Promise.all([
     diskCapacityOf(session.host, description),
-    session.host.state(handle),
-    session.host.autostart(handle),
+    listed.state === undefined
+      ? session.host.state(handle).then((answer) => answer.state)
+      : describeState(listed.state),
     missingVolumes(session.host, description),
   ]);
   const mac = description.mac ?? macAddressFor(description.name);
@@ -143,16 +149,25 @@ export function findDomainOf(
     : host.findDomain(vmName);
 }
 
+/** The same identity as findDomainOf, answered from the host's domain listing. */
+function listedDomainOf(
+  listing: DomainListing,
+  props: Props,
+  vmName: string,
+): ListedDomain | undefined {
+  return typeof props.libvirtUuid === "string" && props.libvirtUuid !== ""
+    ? listing.byUuid.get(uuidKey(uuidBytesOf(props.libvirtUuid)))
+    : listing.byName.get(vmName);
+}
+
 /** The capacity of the domain's disk volume (the overlay), or undefined when it cannot be found. */
 async function diskCapacityOf(
   host: LibvirtHost,
   description: DomainDescription,
 ): Promise<bigint | undefined> {
   const disk = description.volumes.find((volume) => volume.device === "disk");
-  if (disk === undefined) return undefined;
-  const pool = await host.findPool(disk.pool);
-  const volume = pool && (await host.findVolume(pool, disk.volume));
-  return volume ? (await host.volumeInfo(volume)).capacity : undefined;
+  if (disk === undefined || !(await host.volumeListed(disk.pool, disk.volume))) return undefined;
+  return host.volumeCapacityNamed(disk.pool, disk.volume);
 }
 
 /**

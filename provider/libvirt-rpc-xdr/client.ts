@@ -15,6 +15,7 @@
  */
 import type { Duplex, Readable, Writable } from "node:stream";
 import { AcknowledgementNudge } from "./ack-nudge";
+import type { CallCounter } from "./call-counter";
 import { armCallDeadline, CallDeadlines, type CallOptions } from "./deadlines";
 import { HEADER_BYTES, RpcCore, encodePacket, keepalivePacket } from "./core";
 import { LibvirtTransportError } from "./errors";
@@ -84,6 +85,8 @@ export class LibvirtConnection {
   private closed = false;
   private closing: Promise<void> | undefined;
   info: ConnectionInfo = { authTypes: [], keepalive: false };
+  /** Set by a test or bench that counts calls (`countCallsInto`); undefined costs nothing. */
+  private callCounter: CallCounter | undefined;
 
   private readonly onData = (chunk: Buffer): void => {
     this.lastReceivedAt = Date.now();
@@ -155,12 +158,18 @@ export class LibvirtConnection {
     return this.core.stats;
   }
 
+  /** Counts every later call and stream by procedure into `counter`; undefined stops counting. */
+  countCallsInto(counter: CallCounter | undefined): void {
+    this.callCounter = counter;
+  }
+
   /** Makes one call and decodes its reply. Many calls may be in flight at once. */
   call<Args, Ret>(
     procedure: Procedure<Args, Ret>,
     args: Args,
     options: CallOptions = {},
   ): Promise<Ret> {
+    this.callCounter?.add(procedure.name);
     if (procedure.stream) {
       return Promise.reject(
         new TypeError(`${procedure.name} is a stream: use upload() or download()`),
@@ -262,6 +271,7 @@ export class LibvirtConnection {
     createMachine: (port: StreamPort) => UploadMachine | DownloadMachine,
     options: CallOptions,
   ): Promise<void> {
+    this.callCounter?.add(procedure.name);
     const writer = new XdrWriter();
     procedure.encodeArgs(writer, args);
     const serial = this.core.allocateSerial();

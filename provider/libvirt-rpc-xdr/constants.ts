@@ -45,6 +45,8 @@ export const Limits = {
   storagePoolListMax: 16384,
   networkListMax: 16384,
   interfaceListMax: 16384,
+  /** REMOTE_CONNECT_GET_ALL_DOMAIN_STATS_MAX: typed parameters per domain's record. */
+  connectGetAllDomainStatsMax: 262144,
 } as const;
 
 export const AuthType = { NONE: 0, SASL: 1, POLKIT: 2 } as const;
@@ -74,7 +76,23 @@ export const UndefineFlags = {
   TPM: 32,
   KEEP_TPM: 64,
 } as const;
-export const ListAllDomainsFlags = { ACTIVE: 1, INACTIVE: 2, PERSISTENT: 4, TRANSIENT: 8 } as const;
+/** virConnectListAllDomainsFlags (also the filter of CONNECT_GET_ALL_DOMAIN_STATS). */
+export const ListAllDomainsFlags = {
+  ACTIVE: 1,
+  INACTIVE: 2,
+  PERSISTENT: 4,
+  TRANSIENT: 8,
+  RUNNING: 16,
+  PAUSED: 32,
+  SHUTOFF: 64,
+  OTHER: 128,
+  MANAGEDSAVE: 256,
+  NO_MANAGEDSAVE: 512,
+  AUTOSTART: 1024,
+  NO_AUTOSTART: 2048,
+} as const;
+/** virDomainStatsTypes: the groups CONNECT_GET_ALL_DOMAIN_STATS reports. */
+export const DomainStatsTypes = { STATE: 1 } as const;
 export const StorageVolStreamFlags = { SPARSE_STREAM: 1 } as const;
 /**
  * virConnectListAllStoragePoolsFlags / virConnectListAllNetworksFlags share

@@ -16,3 +16,4 @@ export * from "./protocol";
 export * from "./core";
 export * from "./stream";
 export * from "./client";
+export * from "./call-counter";

@@ -17,6 +17,7 @@ import {
   dhcpLease,
   domain,
   domainInterface,
+  domainStatsRecord,
   hostInterface,
   network,
   optionalString,
@@ -309,6 +310,18 @@ export const Procedures = {
     341,
     body({ net: network, mac: optionalString, needResults: t.int, flags: t.uint }),
     body({ leases: t.array(dhcpLease, Limits.dhcpLeasesMax), ret: t.uint }),
+  ),
+  /**
+   * Statistics of many domains in one call: `doms` empty asks for every
+   * domain `flags` selects (ListAllDomainsFlags; 0 = all), `stats` the groups
+   * (DomainStatsTypes). With STATE alone the daemon needs no monitor or job,
+   * so a busy domain does not hold the answer back.
+   */
+  connectGetAllDomainStats: remote(
+    "connectGetAllDomainStats",
+    344,
+    body({ doms: t.array(domain, Limits.domainListMax), stats: t.uint, flags: t.uint }),
+    t.only("retStats", t.array(domainStatsRecord, Limits.domainListMax), "retStats"),
   ),
   /** The domain capabilities XML (`virsh domcapabilities`): firmware, machine types, what the emulator can do. */
   connectGetDomainCapabilities: remote(

@@ -69,6 +69,54 @@ export const dhcpLease = t.struct("remote_network_dhcp_lease", {
 });
 export type DhcpLease = t.StructOut<typeof dhcpLease.members>;
 
+/** virTypedParameterType: the discriminant of remote_typed_param_value. */
+export const TypedParamType = {
+  INT: 1,
+  UINT: 2,
+  LLONG: 3,
+  ULLONG: 4,
+  DOUBLE: 5,
+  BOOLEAN: 6,
+  STRING: 7,
+} as const;
+
+/** remote_typed_param_value: one typed parameter's value, by its type. */
+const typedParamValue = t.union<number | bigint | string>("remote_typed_param_value", [
+  { value: TypedParamType.INT, name: "i", type: t.int as t.XdrType<number | bigint | string> },
+  { value: TypedParamType.UINT, name: "ui", type: t.uint as t.XdrType<number | bigint | string> },
+  { value: TypedParamType.LLONG, name: "l", type: t.hyper as t.XdrType<number | bigint | string> },
+  {
+    value: TypedParamType.ULLONG,
+    name: "ul",
+    type: t.uhyper as t.XdrType<number | bigint | string>,
+  },
+  {
+    value: TypedParamType.DOUBLE,
+    name: "d",
+    type: t.double as t.XdrType<number | bigint | string>,
+  },
+  { value: TypedParamType.BOOLEAN, name: "b", type: t.int as t.XdrType<number | bigint | string> },
+  {
+    value: TypedParamType.STRING,
+    name: "s",
+    type: remoteString as t.XdrType<number | bigint | string>,
+  },
+]);
+
+/** remote_typed_param: `field` names the statistic ("state.state"), `value` carries it. */
+export const typedParam = t.struct("remote_typed_param", {
+  field: remoteString,
+  value: typedParamValue,
+});
+export type TypedParam = t.StructOut<typeof typedParam.members>;
+
+/** remote_domain_stats_record: one domain's statistics from CONNECT_GET_ALL_DOMAIN_STATS. */
+export const domainStatsRecord = t.struct("remote_domain_stats_record", {
+  dom: domain,
+  params: t.array(typedParam, Limits.connectGetAllDomainStatsMax),
+});
+export type DomainStatsRecord = t.StructOut<typeof domainStatsRecord.members>;
+
 /** remote_error: all 11 fields in wire order. */
 const remoteError = t.struct("remote_error", {
   code: t.int,
@@ -97,6 +145,9 @@ export const RemoteTypes = {
   domainIpAddr,
   domainInterface,
   dhcpLease,
+  typedParamValue,
+  typedParam,
+  domainStatsRecord,
   remoteError,
 } as const;
 

@@ -5,16 +5,23 @@
  * the description a test compares with libvirt's `.x` files are one thing
  * (the check lives in test/unit/libvirt-rpc-xdr/protocol-source.test.ts).
  */
-import { XdrReader, XdrWriter } from "./xdr";
+import { XdrError, XdrReader, XdrWriter } from "./xdr";
 
 /** The wire shape of a type, with typedefs and enums resolved to what travels. */
 export type XdrLayout =
-  | { readonly kind: "int" | "unsigned int" | "hyper" | "unsigned hyper" }
+  | { readonly kind: "int" | "unsigned int" | "hyper" | "unsigned hyper" | "double" }
   | { readonly kind: "string"; readonly max: number }
   | { readonly kind: "fixed opaque"; readonly length: number }
   | { readonly kind: "optional"; readonly of: XdrLayout }
   | { readonly kind: "array"; readonly of: XdrLayout; readonly max: number }
-  | { readonly kind: "struct"; readonly name: string | null; readonly fields: readonly XdrField[] };
+  | { readonly kind: "struct"; readonly name: string | null; readonly fields: readonly XdrField[] }
+  | { readonly kind: "union"; readonly name: string; readonly arms: readonly XdrUnionArm[] };
+
+/** One `case value: type name;` of a union switched on an int (no default arm is modelled). */
+export interface XdrUnionArm {
+  readonly value: number;
+  readonly field: XdrField;
+}
 
 export type StructLayout = Extract<XdrLayout, { kind: "struct" }>;
 
@@ -46,7 +53,7 @@ export interface XdrStruct<M extends Members> extends XdrType<StructOut<M>, Stru
 }
 
 const primitive = <T, I = T>(
-  kind: "int" | "unsigned int" | "hyper" | "unsigned hyper",
+  kind: "int" | "unsigned int" | "hyper" | "unsigned hyper" | "double",
   write: (w: XdrWriter, v: I) => void,
   read: (r: XdrReader) => T,
 ): XdrType<T, I> => ({ layout: { kind }, write, read });
@@ -70,6 +77,11 @@ export const uhyper = primitive<bigint, bigint | number>(
   "unsigned hyper",
   (w, v) => w.uhyper(v),
   (r) => r.uhyper(),
+);
+export const double = primitive<number>(
+  "double",
+  (w, v) => w.double(v),
+  (r) => r.double(),
 );
 /** An `int` that libvirt uses as a yes/no answer (`supported`, `complete`). */
 export const intBool = primitive<boolean>(
@@ -141,6 +153,47 @@ export function struct<M extends Members>(name: string | null, members: M): XdrS
   };
 }
 
+/** What a union decodes to: its discriminant and the value of the arm it selects. */
+export interface UnionValue<V> {
+  readonly type: number;
+  readonly value: V;
+}
+
+/**
+ * A union switched on an int (`union name switch (int type) { case 1: int i;
+ * ... }`). A discriminant with no arm is an error: XDR has no way to skip a
+ * value whose size it does not know.
+ */
+export function union<V>(
+  name: string,
+  arms: ReadonlyArray<{ value: number; name: string; type: XdrType<V, V> }>,
+): XdrType<UnionValue<V>> {
+  const byValue = new Map(arms.map((arm) => [arm.value, arm]));
+  const armOf = (type: number) => {
+    const arm = byValue.get(type);
+    if (arm === undefined) throw new XdrError(`${name}: no arm for discriminant ${type}`);
+    return arm;
+  };
+  return {
+    layout: {
+      kind: "union",
+      name,
+      arms: arms.map((arm) => ({
+        value: arm.value,
+        field: { name: arm.name, layout: arm.type.layout },
+      })),
+    },
+    write(w, { type, value }) {
+      w.int(type);
+      armOf(type).type.write(w, value);
+    },
+    read(r) {
+      const type = r.int();
+      return { type, value: armOf(type).type.read(r) };
+    },
+  };
+}
+
 /** A procedure body: a struct, or nothing at all (libvirt declares no struct for void). */
 export interface XdrBody<Out, In> {
   readonly layout: StructLayout | null;
@@ -161,10 +214,16 @@ export const empty: XdrBody<void, void> = {
 export function only<K extends string, O, I>(
   key: K,
   type: XdrType<O, I>,
+  /** The member's name in the `.x` when it is not `key` in snake_case (libvirt wrote `retStats`). */
+  spelledInSource?: string,
 ): XdrBody<O, I> & { readonly layout: StructLayout } {
   const s = struct(null, { [key]: type } as Record<K, XdrType<O, I>>);
+  const layout: StructLayout =
+    spelledInSource === undefined
+      ? s.layout
+      : { ...s.layout, fields: [{ name: spelledInSource, layout: type.layout }] };
   return {
-    layout: s.layout,
+    layout,
     write: (w, value) => type.write(w, value),
     read: (r) => type.read(r),
   };
@@ -181,6 +240,12 @@ export function describeLayout(layout: XdrLayout): string {
       return `*${describeLayout(layout.of)}`;
     case "array":
       return `${describeLayout(layout.of)}<${layout.max}>`;
+    case "union": {
+      const arms = layout.arms.map(
+        (arm) => `case ${arm.value}: ${describeLayout(arm.field.layout)} ${arm.field.name};`,
+      );
+      return `union ${layout.name} switch (int) { ${arms.join(" ")} }`;
+    }
     case "struct": {
       const fields = layout.fields.map((f) => `${describeLayout(f.layout)} ${f.name};`);
       return `struct${layout.name ? ` ${layout.name}` : ""} { ${fields.join(" ")} }`;

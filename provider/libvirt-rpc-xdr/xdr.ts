@@ -90,6 +90,14 @@ export class XdrWriter {
     return this;
   }
 
+  /** IEEE 754 double, big-endian (XDR §4.7). */
+  double(value: number): this {
+    this.reserve(8);
+    this.buffer.writeDoubleBE(value, this.offset);
+    this.offset += 8;
+    return this;
+  }
+
   /** Fixed-length opaque: exactly `length` bytes, padded, no length word. */
   fixedOpaque(bytes: Uint8Array, length: number): this {
     if (bytes.length !== length) {
@@ -196,6 +204,13 @@ export class XdrReader {
   uhyper(): bigint {
     this.need(8, "unsigned hyper");
     const value = this.buffer.readBigUInt64BE(this.offset);
+    this.offset += 8;
+    return value;
+  }
+
+  double(): number {
+    this.need(8, "double");
+    const value = this.buffer.readDoubleBE(this.offset);
     this.offset += 8;
     return value;
   }

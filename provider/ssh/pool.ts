@@ -8,7 +8,12 @@
  * The shared dial is not tied to any one caller's AbortSignal: a caller that
  * gives up stops waiting, the dial carries on for the others.
  */
-import { LibvirtConnection, LibvirtTransportError, type CallOptions } from "../libvirt-rpc-xdr";
+import {
+  LibvirtConnection,
+  LibvirtTransportError,
+  type CallCounter,
+  type CallOptions,
+} from "../libvirt-rpc-xdr";
 import { hostAndPort } from "./address";
 
 export interface ConnectionPoolOptions<Target> {
@@ -30,6 +35,7 @@ export class LibvirtConnectionPool<Target> {
   private sweeper: NodeJS.Timeout | undefined;
   /** How many dials were started; tests and logs use it to see sharing work. */
   dialCount = 0;
+  private callCounter: CallCounter | undefined;
 
   constructor(private readonly options: ConnectionPoolOptions<Target>) {}
 
@@ -49,6 +55,7 @@ export class LibvirtConnectionPool<Target> {
       pending = this.options.dial(target).then(
         (connection) => {
           this.dialing.delete(key);
+          if (this.callCounter !== undefined) connection.countCallsInto(this.callCounter);
           this.live.set(key, connection);
           this.lastUsed.set(key, Date.now());
           this.startSweeper();
@@ -120,6 +127,12 @@ export class LibvirtConnectionPool<Target> {
         "connection dropped from the pool after a transport error",
       ),
     );
+  }
+
+  /** Counts the calls of every link, live or dialled later, into `counter` (undefined: stop). */
+  countCallsInto(counter: CallCounter | undefined): void {
+    this.callCounter = counter;
+    for (const connection of this.live.values()) connection.countCallsInto(counter);
   }
 
   get size(): number {

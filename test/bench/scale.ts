@@ -62,6 +62,7 @@ import {
   type StoredMember,
 } from "../engine/refresh-as-engine";
 import { NODES, proxmoxReadProblem, startProxmoxFleet } from "../engine/proxmox-fleet";
+import { measureKvmScale } from "./scale-kvm";
 import {
   createStaticMembers,
   serverConcurrency,
@@ -382,6 +383,8 @@ export async function runScaleBenchmarks(): Promise<void> {
       "scale_state_bytes_per_member",
       Math.max(large.stateBytesPerMember, at(statics, LARGEST).stateBytesPerMember),
     );
+    // KvmProxy on the lab's libvirtd, when the lab is up (scale-kvm.ts).
+    await measureKvmScale(project, parallel);
   } finally {
     farm.stop();
     project.remove();

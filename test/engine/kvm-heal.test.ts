@@ -26,6 +26,7 @@ import {
   serveImage,
   type RunningServer,
   assertHostHoldsExactly,
+  waitOutHostListings,
 } from "../lab/kvm-support";
 import {
   captureResourceInputs,
@@ -162,6 +163,7 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
     const [stopped, untouched] = members as [Member, Member];
     const uuid = uuidOf(stopped);
     virsh("destroy", vmNameOf(stopped));
+    await waitOutHostListings(); // one provider serves every refresh of this suite
     const refreshed = await refreshAll(server, members);
     assert.equal(refreshed[0]!.outputs!.state, "stopped");
     assert.equal(refreshed[0]!.inputs!.running, false);
@@ -176,6 +178,7 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
   it("every VM stopped at once (the host went down): up starts them all, same VMs", async () => {
     const uuids = members.map(uuidOf);
     for (const member of members) virsh("destroy", vmNameOf(member));
+    await waitOutHostListings();
     assert.deepEqual(
       stepSummary(await upWithRefresh(server, members)),
       members.map((m) => `${m.name}:update`),
@@ -192,6 +195,7 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
     const uuid = uuidOf(deleted);
     virsh("destroy", vmName);
     virsh("undefine", vmName, "--nvram");
+    await waitOutHostListings();
     const refreshed = await refreshAll(server, members);
     assert.equal(refreshed[0]!.dropped, false, "kept: its volumes are still on the host");
     assert.match(String(refreshed[0]!.outputs!.replaceBecause), /domain .* gone .* left behind/);
@@ -211,6 +215,7 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
     const vmName = vmNameOf(deleted);
     virsh("destroy", vmName);
     virsh("undefine", vmName, "--nvram", "--remove-all-storage");
+    await waitOutHostListings();
     const refreshed = await refreshAll(server, members);
     assert.equal(refreshed[1]!.dropped, true);
     const steps = await upAll(server, members);
@@ -226,6 +231,7 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
     virsh("destroy", vmNameOf(noDisk));
     virsh("vol-delete", "--pool", lab.pool, overlayVolumeName(vmNameOf(noDisk)));
     virsh("vol-delete", "--pool", lab.pool, seedVolumeName(vmNameOf(noSeed)));
+    await waitOutHostListings();
     const refreshed = await refreshAll(server, members);
     assert.match(String(refreshed[0]!.outputs!.replaceBecause), /\.qcow2 gone/);
     assert.match(String(refreshed[1]!.outputs!.replaceBecause), /-seed\.iso gone/);
@@ -242,6 +248,7 @@ describe("engine: a KvmProxy pool heals on refresh + up (lab, real dynamic-provi
     const [slow, other] = members as [Member, Member];
     const uuid = uuidOf(slow);
     virsh("destroy", vmNameOf(slow));
+    await waitOutHostListings();
     // Readiness by the guest agent's address within 3 s: a TCG guest is nowhere near booted by then.
     await declare({
       readiness: { mode: "address" },

@@ -14,6 +14,7 @@ import {
   ensureProxyImage,
   labConnection,
   serveImage,
+  waitOutHostListings,
   type RunningServer,
 } from "../lab/kvm-support";
 import {
@@ -209,6 +210,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     // next up sets it back in place (same VM), and the loop is quiet again.
     assert.equal(autostartOf(String(inputs.vmName)), "enable");
     virsh("autostart", "--disable", String(inputs.vmName));
+    await waitOutHostListings(); // this server read the host's listing just before
     const autostart = await refreshAndHeal(
       server,
       urn,
@@ -222,6 +224,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     // Heal on `up --refresh`: a VM stopped by hand reads as running: false, and the next up starts it
     // again in place (same UUID), after which the loop is quiet.
     virsh("destroy", String(inputs.vmName));
+    await waitOutHostListings();
     const power = await refreshAndHeal(server, urn, autostart.healed, captured.inputs);
     assert.equal(power.refreshed.properties.state, "stopped");
     assert.equal(power.refreshed.inputs.running, false);
@@ -233,6 +236,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     // A paused VM is reported, and the plan stays empty: paused is never "stopped".
     virsh("suspend", String(inputs.vmName));
     try {
+      await waitOutHostListings();
       const pausedRead = await server.read(urn, created.id, restarted, restart.inputs);
       assert.equal(pausedRead.properties.state, "paused");
       const pausedPlan = await server.check(urn, pausedRead.inputs, captured.inputs);
@@ -243,6 +247,7 @@ describe("engine: KvmProxy through the real dynamic-provider gRPC server", funct
     } finally {
       virsh("resume", String(inputs.vmName));
     }
+    await waitOutHostListings(); // resumed behind the provider's back
 
     // KvmProxy.get in a program of this stack adopts it (a ReadResource, read-only to Pulumi),
     // with only the inputs on the request as newer engines send a Get; another stack is refused.

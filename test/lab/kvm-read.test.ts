@@ -9,10 +9,10 @@
 import { strict as assert } from "node:assert";
 import { execFileSync } from "node:child_process";
 import { errorClassOf } from "../../provider/common/errors";
-import { closeAllHosts } from "../../provider/kvm/connect";
+import { closeAllHosts, countLibvirtCalls } from "../../provider/kvm/connect";
 import { overlayVolumeName, seedVolumeName } from "../../provider/kvm/naming";
 import * as kvm from "../../provider/kvm/provider";
-import { Procedures, type LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
+import { CallCounter, Procedures, type LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
 import { openLocalLibvirt } from "../../provider/ssh/local";
 import { useLab, type LabEnv } from "./fixture";
 import { domainXml } from "./helpers";
@@ -20,6 +20,7 @@ import {
   ensureProxyImage,
   removeCachedBaseImage,
   serveImage,
+  waitOutHostListings,
   type ProxyImage,
   type RunningServer,
 } from "./kvm-support";
@@ -114,7 +115,19 @@ describe("KvmProxy read in the lab: drift, identity by UUID, adoption", function
     const { id, outs } = await stoppedProxy(vmName);
 
     // Untouched: the definition libvirt hands back reads as the inputs that made it.
+    const calls = new CallCounter();
+    countLibvirtCalls(calls);
     const untouched = await kvm.read(id, outs);
+    countLibvirtCalls(undefined);
+    // The host's listings (asked afresh: create's writes forgot them), then the domain's own two.
+    assert.deepEqual(Object.fromEntries(calls.byProcedure()), {
+      connectGetAllDomainStats: 1,
+      connectListAllDomains: 1,
+      connectListAllStoragePools: 1,
+      storagePoolListAllVolumes: 1,
+      domainGetXmlDesc: 1,
+      storageVolGetInfo: 1,
+    });
     assert.equal(untouched.id, id);
     assert.equal(untouched.props!.state, "stopped");
     assert.deepEqual(await nextUp(program(vmName), untouched), {
@@ -128,7 +141,27 @@ describe("KvmProxy read in the lab: drift, identity by UUID, adoption", function
     virsh("setvcpus", vmName, "2", "--config");
     virsh("vol-resize", overlayVolumeName(vmName), "4G", "--pool", lab.pool);
 
+    calls.reset();
+    countLibvirtCalls(calls);
     const read = await kvm.read(id, untouched.props!);
+    countLibvirtCalls(undefined);
+    // The domain's own two calls; the listings are shared when this read starts within their window
+    // of the first (a slow machine may ask them again, once), never a per-member look-up.
+    assert.equal(calls.of("domainGetXmlDesc"), 1);
+    assert.equal(calls.of("storageVolGetInfo"), 1);
+    for (const [procedure, count] of calls.byProcedure())
+      assert.ok(
+        count === 1 &&
+          [
+            "domainGetXmlDesc",
+            "storageVolGetInfo",
+            "connectGetAllDomainStats",
+            "connectListAllDomains",
+            "connectListAllStoragePools",
+            "storagePoolListAllVolumes",
+          ].includes(procedure),
+        `${procedure} ×${count}`,
+      );
     for (const view of [read.props!, read.inputs!]) {
       assert.equal(view.vcpus, 2);
       assert.equal(view.memoryMiB, 512);
@@ -167,6 +200,21 @@ describe("KvmProxy read in the lab: drift, identity by UUID, adoption", function
     const left = virsh("vol-list", lab.pool);
     assert.ok(!left.includes(overlayVolumeName(vmName)), left);
     assert.ok(!left.includes(seedVolumeName(vmName)), left);
+  });
+
+  it("reads a domain undefined by hand as gone even while the host's shared listing still names it", async () => {
+    const vmName = `vanish-${process.pid}`;
+    const { id, outs } = await stoppedProxy(vmName);
+    const before = await kvm.read(id, outs); // asks the host's listings, which name the domain
+    assert.equal(before.props!.state, "stopped");
+    virsh("undefine", "--nvram", vmName); // its overlay and seed stay
+    const calls = new CallCounter();
+    countLibvirtCalls(calls);
+    const after = await kvm.read(id, before.props!);
+    countLibvirtCalls(undefined);
+    assert.equal(calls.of("connectGetAllDomainStats"), 0, "the listing asked before is shared");
+    assert.equal(after.id, id);
+    assert.match(String(after.props!.replaceBecause), /domain .* gone .* left behind/);
   });
 
   it("adopts a marked domain with .get's props, and refuses another stack's or the wrong host", async () => {
@@ -208,6 +256,7 @@ describe("KvmProxy read in the lab: drift, identity by UUID, adoption", function
     const bare = `bare-${process.pid}`;
     const dom = await inspector.call(Procedures.domainDefineXml, { xml: domainXml(bare) });
     try {
+      await waitOutHostListings(); // the reads above listed the host's domains without it
       await assert.rejects(
         kvm.read(`hosts/local/domains/${bare}`, getProps()),
         (error: Error) =>

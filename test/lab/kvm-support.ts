@@ -12,6 +12,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { resolve } from "node:path";
 import { promisify } from "node:util";
+import { HOST_LISTING_WINDOW_MS } from "../../provider/kvm/host-listings";
 import * as kvm from "../../provider/kvm/provider";
 import { Procedures, type LibvirtConnection } from "../../provider/libvirt-rpc-xdr";
 import {
@@ -23,6 +24,18 @@ import {
 import { LAB_SCRIPTS_DIR, type LabEnv } from "./lab";
 
 const run = promisify(execFile);
+
+/**
+ * After a change made behind the provider's back (virsh, another libvirt
+ * client), waits out the window in which a provider process may still answer
+ * a Read from a host listing asked before the change
+ * (provider/kvm/host-listings.ts). The engine starts a provider per
+ * deployment, so a real refresh never meets that; a test that keeps one
+ * provider across refreshes does.
+ */
+export function waitOutHostListings(): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, HOST_LISTING_WINDOW_MS + 250));
+}
 
 export interface ProxyImage {
   path: string;

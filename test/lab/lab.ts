@@ -141,6 +141,19 @@ export async function useLab(): Promise<LabEnv> {
 }
 
 /**
+ * The lab's description when it is up already, else undefined: for a bench
+ * that measures on the lab only when someone brought it up (never starts it).
+ */
+export function labIfUp(): LabEnv | undefined {
+  const envFile = `${LAB_DIR}/env.json`;
+  const recorded = readPids(`${LAB_DIR}/pids`);
+  // A role is recorded as "name:role" (dnsmasq:ra); the process's own name is the part before.
+  const alive = recorded.every((p) => commandNameOf(p.pid) === p.name.split(":")[0]);
+  if (recorded.length === 0 || !alive || !existsSync(envFile)) return undefined;
+  return JSON.parse(readFileSync(envFile, "utf8")) as LabEnv;
+}
+
+/**
  * Takes the lab down completely (lab-down.sh --purge: guests first, then the
  * daemons by PID, then everything else lab-up.sh made) if this process
  * brought it up, unless LAB_KEEP=1. A failing purge fails loudly.

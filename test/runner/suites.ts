@@ -51,6 +51,7 @@ const LAB_SECONDS: Record<string, number> = {
   "engine/kvm-heal.test.js": 65, // (2, and 4 replacements not waited for) heal on refresh + up
   "engine/kvm-reboot.test.js": 50, // (2, not waited for) a private libvirtd, up and restarted
   "engine/kvm.test.js": 25,
+  "engine/kvm-shared-listing.test.js": 20, // (0) 200 domains defined, never started, refreshed twice
   "lab/kvm-no-leak.test.js": 15,
   "lab/libvirt-local.test.js": 20,
   "lab/kvm-read.test.js": 12,

@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { Readable, Writable } from "node:stream";
 import {
+  CallCounter,
   KEEPALIVE_PROGRAM,
   KeepaliveProcedure,
   LibvirtError,
@@ -158,6 +159,35 @@ describe("libvirt connection over a scripted peer", () => {
     daemon.reply(b, hostnameBody("second"));
     daemon.reply(a, hostnameBody("first"));
     assert.deepEqual(await Promise.all([first, second]), ["first", "second"]);
+    conn.destroy();
+  });
+
+  it("counts calls by procedure while a counter is attached, and none before or after", async () => {
+    const daemon = new FakeDaemon();
+    const conn = await daemon.open();
+    const counter = new CallCounter();
+    const hostname = async () => {
+      const call = conn.call(Procedures.connectGetHostname, undefined);
+      daemon.reply(await daemon.nextCall(59), hostnameBody("h"));
+      return call;
+    };
+    await hostname();
+    conn.countCallsInto(counter);
+    await hostname();
+    await hostname();
+    const version = conn.call(Procedures.connectGetLibVersion, undefined);
+    daemon.reply(
+      await daemon.nextCall(157),
+      Buffer.from(new XdrWriter().uhyper(9_000_000).finish()),
+    );
+    await version;
+    conn.countCallsInto(undefined);
+    await hostname();
+    assert.deepEqual(counter.byProcedure(), [
+      ["connectGetHostname", 2],
+      ["connectGetLibVersion", 1],
+    ]);
+    assert.equal(counter.total, 3);
     conn.destroy();
   });
 

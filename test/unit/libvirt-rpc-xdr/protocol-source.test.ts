@@ -38,6 +38,17 @@ function loadSpec(): XdrSpec {
   const spec = emptySpec();
   // libvirt.h's VIR_UUID_BUFLEN, which remote_protocol.x and virnetprotocol.x use unexpanded.
   spec.consts.set("VIR_UUID_BUFLEN", "16");
+  // libvirt-common.h's virTypedParameterType, the case labels of remote_typed_param_value.
+  for (const [index, name] of [
+    "INT",
+    "UINT",
+    "LLONG",
+    "ULLONG",
+    "DOUBLE",
+    "BOOLEAN",
+    "STRING",
+  ].entries())
+    spec.consts.set(`VIR_TYPED_PARAM_${name}`, String(index + 1));
   for (const file of [
     "virnetprotocol.x",
     "virkeepaliveprotocol.x",
@@ -146,6 +157,8 @@ function sampleValue(layout: XdrLayout, seed: { n: number }): unknown {
       return -BigInt(seed.n) * 2n ** 33n;
     case "unsigned hyper":
       return BigInt(seed.n) * 2n ** 33n;
+    case "double":
+      return seed.n + 0.5;
     case "string":
       return `s${seed.n}-é`;
     case "fixed opaque":
@@ -158,6 +171,10 @@ function sampleValue(layout: XdrLayout, seed: { n: number }): unknown {
       return Object.fromEntries(
         layout.fields.map((f) => [camel(f.name), sampleValue(f.layout, seed)]),
       );
+    case "union": {
+      const arm = layout.arms[seed.n % layout.arms.length]!;
+      return { type: arm.value, value: sampleValue(arm.field.layout, seed) };
+    }
   }
 }
 
@@ -175,6 +192,9 @@ function writeByLayout(w: XdrWriter, layout: XdrLayout, value: unknown): void {
     case "unsigned hyper":
       w.uhyper(value as bigint);
       return;
+    case "double":
+      w.double(value as number);
+      return;
     case "string":
       w.string(value as string, layout.max);
       return;
@@ -191,6 +211,14 @@ function writeByLayout(w: XdrWriter, layout: XdrLayout, value: unknown): void {
       for (const f of layout.fields) {
         writeByLayout(w, f.layout, (value as Record<string, unknown>)[camel(f.name)]);
       }
+      return;
+    case "union": {
+      const chosen = value as { type: number; value: unknown };
+      const arm = layout.arms.find((candidate) => candidate.value === chosen.type);
+      if (!arm) throw new Error(`${layout.name}: no arm ${chosen.type}`);
+      w.int(chosen.type);
+      writeByLayout(w, arm.field.layout, chosen.value);
+    }
   }
 }
 
@@ -267,6 +295,7 @@ describe("libvirt protocol tables against libvirt's .x files", () => {
       storagePoolListMax: "REMOTE_STORAGE_POOL_LIST_MAX",
       networkListMax: "REMOTE_NETWORK_LIST_MAX",
       interfaceListMax: "REMOTE_INTERFACE_LIST_MAX",
+      connectGetAllDomainStatsMax: "REMOTE_CONNECT_GET_ALL_DOMAIN_STATS_MAX",
     };
     for (const [key, name] of Object.entries(sources)) {
       assert.equal(Limits[key as keyof typeof Limits], constant(spec, name), `${key} vs ${name}`);

@@ -1,11 +1,11 @@
 /**
  * A small reader for the XDR language (RFC 4506 §6) as libvirt's `.x` files
- * use it: `const`, `typedef`, `enum`, `struct`, and `union` (skipped: nothing
- * here encodes one). It resolves a struct to the wire layout that
+ * use it: `const`, `typedef`, `enum`, `struct`, and `union` switched on an
+ * int with `case` arms (no `default`: libvirt's one union has none). It resolves a struct to the wire layout that
  * `provider/libvirt-rpc-xdr/xdr-types.ts` describes, so the two compare with
  * `describeLayout`.
  */
-import type { XdrField, XdrLayout } from "../../../provider/libvirt-rpc-xdr/xdr-types";
+import type { XdrField, XdrLayout, XdrUnionArm } from "../../../provider/libvirt-rpc-xdr/xdr-types";
 
 /** One declaration: `type name`, `type *name`, `type name<max>` or `type name[size]`. */
 export interface Declaration {
@@ -23,10 +23,18 @@ export interface XdrSpec {
   readonly enums: Map<string, Map<string, number>>;
   readonly typedefs: Map<string, Declaration>;
   readonly structs: Map<string, Declaration[]>;
+  /** union name → its arms: case label (a number or a constant's name) and declaration */
+  readonly unions: Map<string, Array<{ label: string; declaration: Declaration }>>;
 }
 
 export function emptySpec(): XdrSpec {
-  return { consts: new Map(), enums: new Map(), typedefs: new Map(), structs: new Map() };
+  return {
+    consts: new Map(),
+    enums: new Map(),
+    typedefs: new Map(),
+    structs: new Map(),
+    unions: new Map(),
+  };
 }
 
 function tokenize(source: string): string[] {
@@ -96,14 +104,19 @@ class Parser {
     return { type, name, form: "plain", size: null };
   }
 
-  /** Skips a balanced `{ ... }` (a union body). */
-  skipBlock(): void {
+  /** `{ case LABEL: type name; ... }` */
+  unionArms(): Array<{ label: string; declaration: Declaration }> {
+    const arms: Array<{ label: string; declaration: Declaration }> = [];
     this.expect("{");
-    for (let depth = 1; depth > 0;) {
-      const token = this.next();
-      if (token === "{") depth++;
-      if (token === "}") depth--;
+    while (this.peek() !== "}") {
+      this.expect("case");
+      const label = this.next();
+      this.expect(":");
+      arms.push({ label, declaration: this.declaration() });
+      this.expect(";");
     }
+    this.expect("}");
+    return arms;
   }
 }
 
@@ -154,12 +167,14 @@ export function parseXdr(source: string, spec: XdrSpec = emptySpec()): XdrSpec {
       p.expect("}");
       spec.structs.set(name, fields);
     } else if (keyword === "union") {
-      p.next(); // name
+      const name = p.next();
       p.expect("switch");
       p.expect("(");
-      p.declaration();
+      const discriminant = p.declaration();
+      if (discriminant.type !== "int")
+        throw new Error(`union ${name} switches on ${discriminant.type}`);
       p.expect(")");
-      p.skipBlock();
+      spec.unions.set(name, p.unionArms());
     } else {
       throw new Error(`unsupported XDR definition "${keyword}"`);
     }
@@ -211,11 +226,14 @@ function baseLayout(spec: XdrSpec, type: string): XdrLayout {
       return { kind: "hyper" };
     case "unsigned hyper":
       return { kind: "unsigned hyper" };
+    case "double":
+      return { kind: "double" };
   }
   if (spec.enums.has(type)) return { kind: "int" };
   const typedef = spec.typedefs.get(type);
   if (typedef) return layoutOf(spec, typedef);
   if (spec.structs.has(type)) return structLayout(spec, type);
+  if (spec.unions.has(type)) return unionLayout(spec, type);
   throw new Error(`unknown XDR type ${type}`);
 }
 
@@ -224,4 +242,14 @@ export function structLayout(spec: XdrSpec, name: string): XdrLayout {
   if (!declarations) throw new Error(`no struct ${name}`);
   const fields: XdrField[] = declarations.map((d) => ({ name: d.name, layout: layoutOf(spec, d) }));
   return { kind: "struct", name, fields };
+}
+
+export function unionLayout(spec: XdrSpec, name: string): XdrLayout {
+  const declared = spec.unions.get(name);
+  if (!declared) throw new Error(`no union ${name}`);
+  const arms: XdrUnionArm[] = declared.map(({ label, declaration }) => ({
+    value: numberOf(label, spec),
+    field: { name: declaration.name, layout: layoutOf(spec, declaration) },
+  }));
+  return { kind: "union", name, arms };
 }
