@@ -118,10 +118,17 @@ export function takeDownOnSignal(scriptsDir: string, downScript: string): void {
     });
 }
 
-/** The lab's recorded processes (virtlogd, libvirtd, dnsmasq, sshd) all still run under their names. */
+/**
+ * The lab's recorded processes (virtlogd, libvirtd, dnsmasq, sshd) all still
+ * run under their names. A role is recorded as "name:role" (dnsmasq:ra); the
+ * process's own name is the part before. (Comparing the whole record made a
+ * second useLab in one process always run lab-up.sh again.)
+ */
 function labProcessesAlive(): boolean {
   const recorded = readPids(`${LAB_DIR}/pids`);
-  return recorded.length > 0 && recorded.every((p) => commandNameOf(p.pid) === p.name);
+  return (
+    recorded.length > 0 && recorded.every((p) => commandNameOf(p.pid) === p.name.split(":")[0])
+  );
 }
 
 /**
@@ -146,10 +153,7 @@ export async function useLab(): Promise<LabEnv> {
  */
 export function labIfUp(): LabEnv | undefined {
   const envFile = `${LAB_DIR}/env.json`;
-  const recorded = readPids(`${LAB_DIR}/pids`);
-  // A role is recorded as "name:role" (dnsmasq:ra); the process's own name is the part before.
-  const alive = recorded.every((p) => commandNameOf(p.pid) === p.name.split(":")[0]);
-  if (recorded.length === 0 || !alive || !existsSync(envFile)) return undefined;
+  if (!labProcessesAlive() || !existsSync(envFile)) return undefined;
   return JSON.parse(readFileSync(envFile, "utf8")) as LabEnv;
 }
 
