@@ -15,7 +15,8 @@ import type { DomainHandle, StoragePoolHandle } from "../libvirt-rpc-xdr";
 
 /**
  * How long after it was asked a host's listing may still answer a Read: 5 s,
- * as for Proxmox nodes (proxmox/node-listings.ts). The engine runs a
+ * half a Proxmox node's (proxmox/node-listings.ts: its calls are slower, each
+ * through pvedaemon or the guest agent). The engine runs a
  * refresh's Reads `--parallel` at a time (4 × the CPUs by default,
  * docs/scale.md). A KvmProxy Read of a domain then costs two calls of its
  * own on a link already open (the XML, the disk's size: a few ms each on a
