@@ -14,12 +14,21 @@ import type { LibvirtHost } from "./host";
 const READ_CHUNK_BYTES = 64 * 1024;
 /** A file larger than this is not what was asked for: the read stops there. */
 const MAX_FILE_BYTES = 1024 * 1024;
-/** Longest the agent may take for one command: a guest that slow is not answering. */
+/** Longest the agent may take for one command when a read asks: a guest that slow is not answering. */
 const AGENT_COMMAND_SECONDS = 5;
+/**
+ * Longest one command may take while an update delivers files. That is a
+ * step of an `up` with minutes of budget, and failing it restores the old
+ * files and fails the `up`: on a busy host an emulated guest's agent can take
+ * more than 5 s to answer (a CI run under load failed an in-place delivery;
+ * its error was not recorded). A read keeps 5 s: a silent agent must not hold
+ * a refresh.
+ */
+const DELIVERY_COMMAND_SECONDS = 20;
 
-/** One agent command's timeout: at most AGENT_COMMAND_SECONDS, never past the deadline. */
-const commandSeconds = (deadline: Deadline) =>
-  Math.max(1, Math.min(AGENT_COMMAND_SECONDS, Math.floor(deadline.remainingMs() / 1000)));
+/** One agent command's timeout: at most `capSeconds`, never past the deadline. */
+const commandSeconds = (deadline: Deadline, capSeconds = AGENT_COMMAND_SECONDS) =>
+  Math.max(1, Math.min(capSeconds, Math.floor(deadline.remainingMs() / 1000)));
 
 /** The text of `path` in the guest, through its agent. */
 export async function readGuestFile(
@@ -36,8 +45,9 @@ async function readGuestFileBytes(
   dom: DomainHandle,
   path: string,
   deadline: Deadline,
+  capSeconds = AGENT_COMMAND_SECONDS,
 ): Promise<Buffer> {
-  const seconds = () => commandSeconds(deadline);
+  const seconds = () => commandSeconds(deadline, capSeconds);
   const handle = await host.agentCommand(dom, "guest-file-open", { path, mode: "r" }, seconds());
   const chunks: Buffer[] = [];
   let size = 0;
@@ -70,8 +80,9 @@ async function writeGuestFile(
   path: string,
   content: Buffer,
   deadline: Deadline,
+  capSeconds: number,
 ): Promise<void> {
-  const seconds = () => commandSeconds(deadline);
+  const seconds = () => commandSeconds(deadline, capSeconds);
   const handle = await host.agentCommand(dom, "guest-file-open", { path, mode: "w" }, seconds());
   try {
     for (let at = 0; at < content.length; at += READ_CHUNK_BYTES) {
@@ -94,12 +105,13 @@ async function runInGuest(
   dom: DomainHandle,
   argv: readonly string[],
   deadline: Deadline,
+  capSeconds: number,
 ): Promise<{ exitCode: number; output: string }> {
   const started = (await host.agentCommand(
     dom,
     "guest-exec",
     { path: argv[0], arg: argv.slice(1), "capture-output": true },
-    commandSeconds(deadline),
+    commandSeconds(deadline, capSeconds),
   )) as { pid?: unknown };
   return untilExited(
     async () =>
@@ -107,7 +119,7 @@ async function runInGuest(
         dom,
         "guest-exec-status",
         { pid: started.pid },
-        commandSeconds(deadline),
+        commandSeconds(deadline, capSeconds),
       )) as GuestExecStatus,
     (data) => Buffer.from(data, "base64").toString("utf8"),
     `\`${argv.join(" ")}\` in the guest`,
@@ -115,7 +127,7 @@ async function runInGuest(
   );
 }
 
-/** The guest of `dom` as common/guest-files.ts reaches it. */
+/** The guest of `dom` as common/guest-files.ts reaches it to deliver files (an update's step). */
 export function guestChannelOf(
   host: LibvirtHost,
   dom: DomainHandle,
@@ -123,13 +135,17 @@ export function guestChannelOf(
 ): GuestChannel {
   return {
     read: (path) =>
-      readGuestFileBytes(host, dom, path, deadline).catch((error: unknown) => {
-        // The agent's own answer for a missing file; anything else is a real failure.
-        if (/No such file|ENOENT|failed to open/i.test((error as Error).message)) return undefined;
-        throw error;
-      }),
-    write: (path, content) => writeGuestFile(host, dom, path, content, deadline),
-    run: (argv) => runInGuest(host, dom, argv, deadline),
+      readGuestFileBytes(host, dom, path, deadline, DELIVERY_COMMAND_SECONDS).catch(
+        (error: unknown) => {
+          // The agent's own answer for a missing file; anything else is a real failure.
+          if (/No such file|ENOENT|failed to open/i.test((error as Error).message))
+            return undefined;
+          throw error;
+        },
+      ),
+    write: (path, content) =>
+      writeGuestFile(host, dom, path, content, deadline, DELIVERY_COMMAND_SECONDS),
+    run: (argv) => runInGuest(host, dom, argv, deadline, DELIVERY_COMMAND_SECONDS),
   };
 }
 

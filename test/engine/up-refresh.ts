@@ -85,12 +85,17 @@ export async function upWithRefresh(
   return upAll(server, members);
 }
 
-/** The steps as the engine would print them: "name:kind" (with "!" when it failed). */
+/**
+ * The steps as the engine would print them: "name:kind" (with "!" when it
+ * failed). A failed step's error goes to the log as the engine would print
+ * it, so an assertion on the summary never hides why a step failed.
+ */
 export const stepSummary = (steps: readonly StepResult[]): string[] =>
-  steps.map(
-    (step) =>
-      `${step.member}:${step.kind}${step.deleteFirst ? "(delete first)" : ""}${step.error ? "!" : ""}`,
-  );
+  steps.map((step) => {
+    if (step.error)
+      process.stderr.write(`      [step] ${step.member}:${step.kind} failed: ${step.error}\n`);
+    return `${step.member}:${step.kind}${step.deleteFirst ? "(delete first)" : ""}${step.error ? "!" : ""}`;
+  });
 
 /** A member's check and diff, and its step, to run when the engine gets to it. */
 async function plan(
