@@ -10,7 +10,7 @@
  * - a listing is shared by the calls that arrive while it is in flight and
  *   by those that start within `windowMs` of when it was asked for (not of
  *   when it answered: a slow answer does not stretch its life);
- * - `forget(key)` is called by every write this process sends to that host,
+ * - `forget(host)` is called by every write this process sends to that host,
  *   and by every task it waits for there: a call after it never sees a
  *   listing asked for before it, not even one still in flight;
  * - a failed listing is not kept: the next call asks again.
@@ -28,13 +28,13 @@ export interface SharedListingOptions {
 
 interface Entry<T> {
   askedAt: number;
-  generation: number;
+  /** What `forget` names: the host the listing came from (the key itself unless given). */
+  group: string;
   answer: Promise<T>;
 }
 
 export class SharedListings<T> {
   private readonly entries = new Map<string, Entry<T>>();
-  private readonly generations = new Map<string, number>();
   private readonly windowMs: number;
   private readonly now: () => number;
   /** How many listings were asked of the host, by key: for tests and benches. */
@@ -46,20 +46,18 @@ export class SharedListings<T> {
     this.now = options.now ?? (() => performance.now());
   }
 
-  /** The shared listing of `key`, asking `list` only when none fresh enough is in hand. */
-  get(key: string, list: () => Promise<T>): Promise<T> {
-    const generation = this.generations.get(key) ?? 0;
+  /**
+   * The shared listing of `key`, asking `list` only when none fresh enough is
+   * in hand. `group` (default: the key) is the host it belongs to, which
+   * `forget` names: a host can have several listings (a pool's volumes each).
+   */
+  get(key: string, list: () => Promise<T>, group: string = key): Promise<T> {
     const now = this.now();
     const entry = this.entries.get(key);
-    if (
-      entry !== undefined &&
-      entry.generation === generation &&
-      now - entry.askedAt <= this.windowMs
-    )
-      return entry.answer;
+    if (entry !== undefined && now - entry.askedAt <= this.windowMs) return entry.answer;
     this.asked.set(key, (this.asked.get(key) ?? 0) + 1);
     const answer = list();
-    const fresh: Entry<T> = { askedAt: now, generation, answer };
+    const fresh: Entry<T> = { askedAt: now, group, answer };
     this.entries.set(key, fresh);
     answer.catch(() => {
       if (this.entries.get(key) === fresh) this.entries.delete(key);
@@ -67,10 +65,18 @@ export class SharedListings<T> {
     return answer;
   }
 
-  /** The host changed (a write of ours, a task we waited for): later calls ask again. */
-  forget(key: string): void {
-    this.generations.set(key, (this.generations.get(key) ?? 0) + 1);
-    this.entries.delete(key);
+  /**
+   * The host changed (a write of ours, a task we waited for): later calls ask
+   * again. A listing in flight is dropped too; only `get` ever stores one, so
+   * its answer never comes back into the map.
+   */
+  forget(group: string): void {
+    for (const [key, entry] of this.entries) if (entry.group === group) this.entries.delete(key);
+  }
+
+  /** Every host changed (a write not addressed to one): later calls ask again. */
+  forgetAll(): void {
+    this.entries.clear();
   }
 
   /** Drop every listing and the counters (a provider reconfigured, a test starting). */

@@ -51,8 +51,8 @@ const poolListings = new SharedListings<ReadonlyMap<string, StoragePoolHandle>>(
 const volumeListings = new SharedListings<ReadonlySet<string>>({
   windowMs: HOST_LISTING_WINDOW_MS,
 });
-/** Every volume-listing key asked of a host: what forgetting that host drops. */
-const volumeKeysByHost = new Map<string, Set<string>>();
+
+const volumeKey = (hostKey: string, poolName: string) => `${hostKey}\u0000${poolName}`;
 
 /** The host's domains, asked once per window (and after each write of ours) for all Reads. */
 export function sharedDomainListing(
@@ -76,18 +76,14 @@ export function sharedVolumeListing(
   poolName: string,
   list: () => Promise<ReadonlySet<string>>,
 ): Promise<ReadonlySet<string>> {
-  const key = `${hostKey}\u0000${poolName}`;
-  let keys = volumeKeysByHost.get(hostKey);
-  if (keys === undefined) volumeKeysByHost.set(hostKey, (keys = new Set()));
-  keys.add(key);
-  return volumeListings.get(key, list);
+  return volumeListings.get(volumeKey(hostKey, poolName), list, hostKey);
 }
 
 /** The host changed (a write of ours): every later Read asks its listings again. */
 export function forgetHostListings(hostKey: string): void {
   domainListings.forget(hostKey);
   poolListings.forget(hostKey);
-  for (const key of volumeKeysByHost.get(hostKey) ?? []) volumeListings.forget(key);
+  volumeListings.forget(hostKey);
 }
 
 /** How many listings of each kind were asked of the host (tests and benches). */
@@ -97,8 +93,8 @@ export function listingsAsked(hostKey: string): {
   volumes: number;
 } {
   let volumes = 0;
-  for (const key of volumeKeysByHost.get(hostKey) ?? [])
-    volumes += volumeListings.asked.get(key) ?? 0;
+  for (const [key, count] of volumeListings.asked)
+    if (key.startsWith(volumeKey(hostKey, ""))) volumes += count;
   return {
     domains: domainListings.asked.get(hostKey) ?? 0,
     pools: poolListings.asked.get(hostKey) ?? 0,

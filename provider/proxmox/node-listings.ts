@@ -38,21 +38,13 @@ const vmIndexes = new SharedListings<ReadonlyMap<number, IndexedVm>>({
   windowMs: NODE_LISTING_WINDOW_MS,
 });
 const isoContents = new SharedListings<ReadonlySet<string>>({ windowMs: NODE_LISTING_WINDOW_MS });
-/** Every listing key asked of a node, by node name: what forgetting that node drops. */
-const keysByNode = new Map<string, Set<string>>();
-
 /**
  * Keys carry who asked (`scope`: the API endpoint and the token id, never its
  * secret), as the index is filtered by the token's VM.Audit and another
- * endpoint may be another cluster.
+ * endpoint may be another cluster; each listing's group is its node's name.
  */
-function keyOf(scope: string, node: string, what: string): string {
-  const key = JSON.stringify([scope, node, what]);
-  let keys = keysByNode.get(node);
-  if (keys === undefined) keysByNode.set(node, (keys = new Set()));
-  keys.add(key);
-  return key;
-}
+const keyOf = (scope: string, node: string, what: string): string =>
+  JSON.stringify([scope, node, what]);
 
 /** The node's VM index by VMID, asking `list` only when no fresh one is in hand or in flight. */
 export function sharedVmIndex(
@@ -60,7 +52,7 @@ export function sharedVmIndex(
   node: string,
   list: () => Promise<ReadonlyMap<number, IndexedVm>>,
 ): Promise<ReadonlyMap<number, IndexedVm>> {
-  return vmIndexes.get(keyOf(scope, node, "qemu"), list);
+  return vmIndexes.get(keyOf(scope, node, "qemu"), list, node);
 }
 
 /** The volids of a storage's ISO content on the node, shared as the index is. */
@@ -70,7 +62,7 @@ export function sharedIsoContent(
   storage: string,
   list: () => Promise<ReadonlySet<string>>,
 ): Promise<ReadonlySet<string>> {
-  return isoContents.get(keyOf(scope, node, `storage/${storage}/iso`), list);
+  return isoContents.get(keyOf(scope, node, `storage/${storage}/iso`), list, node);
 }
 
 /**
@@ -81,10 +73,7 @@ export function sharedIsoContent(
  * addressed to one node; every node is forgotten.
  */
 export function forgetNodeListings(node: string | undefined): void {
-  const nodes = node === undefined ? [...keysByNode.keys()] : [node];
-  for (const each of nodes)
-    for (const key of keysByNode.get(each) ?? []) {
-      vmIndexes.forget(key);
-      isoContents.forget(key);
-    }
+  for (const listings of [vmIndexes, isoContents])
+    if (node === undefined) listings.forgetAll();
+    else listings.forget(node);
 }
